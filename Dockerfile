@@ -1,0 +1,18 @@
+# syntax=docker/dockerfile:1
+# A small static image of the payments service: docker build -t payments .
+
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/payments ./cmd/payments
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/payments /usr/local/bin/payments
+USER nonroot:nonroot
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/payments"]
+CMD ["serve"]

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"payments"
+	"payments/internal/docs"
+	"payments/internal/httpapi"
+	"payments/internal/postgres"
+	"payments/migrations"
+)
+
+// serve runs the HTTP API until ctx is cancelled, then drains in-flight
+// requests for up to ShutdownTimeout.
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := loadConfig("serve", args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{
+		MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL,
+	})
+	if err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	defer store.Close()
+	if err := store.Ping(ctx); err != nil {
+		// Start anyway: /readyz reports the database, and requests answer 503
+		// until it is back.
+		log.Warn("database not reachable at start", "error", err)
+	}
+
+	api := httpapi.New(store, log, httpapi.Options{Spec: payments.OpenAPI, Docs: docs.Handler("/openapi.yaml")})
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("listening", "addr", ln.Addr().String())
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// migrate applies, reverts or reports the schema.
+func migrate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("usage: payments migrate up|down|version [--database-url URL]")
+	}
+	cfg, err := loadConfig("migrate "+args[0], args[1:], getenv, stderr)
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "up":
+		if err := ensureDatabase(cfg.DatabaseURL, stderr); err != nil {
+			return err
+		}
+		if err := migrations.Up(cfg.DatabaseURL); err != nil {
+			return err
+		}
+	case "down":
+		if err := migrations.Down(cfg.DatabaseURL); err != nil {
+			return err
+		}
+	case "version":
+	default:
+		return fmt.Errorf("unknown migrate command %q: want up, down or version", args[0])
+	}
+	version, dirty, err := migrations.Version(cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "schema version %d (dirty: %t)\n", version, dirty)
+	return err
+}
+
+// ensureDatabase creates the database named in databaseURL when the server
+// reports it does not exist, so a newcomer needs no psql to get started.
+func ensureDatabase(databaseURL string, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return fmt.Errorf("connect to DATABASE_URL: %w", err)
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("database %q does not exist, and connecting to database postgres to create it failed: %w", name, err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %q: %w", name, err)
+	}
+	fmt.Fprintf(stderr, "created database %q\n", name)
+	return nil
+}
+
+// merchants registers a merchant and prints its id and API key as JSON.
+func merchants(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		return errors.New("usage: payments merchants create --name NAME")
+	}
+	fs := flag.NewFlagSet("merchants create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("name", "", "the merchant's name (required)")
+	dbURL := fs.String("database-url", "", "PostgreSQL connection URL ($DATABASE_URL)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if strings.TrimSpace(*name) == "" {
+		return errors.New("merchants create: --name is required")
+	}
+	var cfgArgs []string
+	if *dbURL != "" {
+		cfgArgs = []string{"--database-url", *dbURL}
+	}
+	cfg, err := loadConfig("merchants create", cfgArgs, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{MaxConns: 1})
+	if err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	defer store.Close()
+	id, apiKey, err := store.CreateMerchant(ctx, *name)
+	if err != nil {
+		return fmt.Errorf("create merchant: %w", err)
+	}
+	return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": id.String(), "api_key": apiKey})
+}

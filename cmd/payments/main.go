@@ -1,0 +1,51 @@
+// Command payments runs the payment-charging service and its operator tasks.
+//
+//	payments serve                      run the HTTP API
+//	payments migrate up|down|version    manage the database schema
+//	payments merchants create --name N  register a merchant, print its API key
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  payments serve [flags]                 run the HTTP API
+  payments migrate up|down|version       manage the database schema
+  payments merchants create --name NAME  register a merchant and print its API key
+
+Run "payments serve -h" for the settings; each flag overrides its environment variable.`
+
+// run is the whole program behind main, so tests can drive the real wiring.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("missing command\n%s", usage)
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		return serve(ctx, rest, getenv, stderr)
+	case "migrate":
+		return migrate(rest, getenv, stdout, stderr)
+	case "merchants":
+		return merchants(ctx, rest, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		_, err := fmt.Fprintln(stdout, usage)
+		return err
+	default:
+		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	}
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"payments/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// lockedBuffer collects the output of a command running in another goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func envOf(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// TestServeEndToEnd runs the real program: migrate, create a merchant, serve,
+// charge and replay over HTTP, then shut down on cancel.
+func TestServeEndToEnd(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0"})
+	ctx := context.Background()
+
+	var out bytes.Buffer
+	if err := run(ctx, []string{"migrate", "up"}, env, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "schema version 1 ") {
+		t.Errorf("migrate up printed %q", out.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"merchants", "create", "--name", "Acme"}, env, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var merchant struct {
+		MerchantID string `json:"merchant_id"`
+		APIKey     string `json:"api_key"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &merchant); err != nil || merchant.APIKey == "" || merchant.MerchantID == "" {
+		t.Fatalf("merchants create printed %q (%v)", out.String(), err)
+	}
+
+	serveCtx, stop := context.WithCancel(ctx)
+	logs := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(serveCtx, []string{"serve", "--shutdown-timeout", "5s"}, env, io.Discard, logs) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+		if strings.Contains(logs.String(), merchant.APIKey) {
+			t.Error("the API key appears in the logs")
+		}
+	})
+
+	addr := waitForAddr(t, logs)
+	post := func(path, key, body string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+merchant.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	resp, body := post("/v1/accounts", uuid.NewString(), `{"currency":"USD"}`)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create account: %d %s", resp.StatusCode, body)
+	}
+	var acct struct{ ID string }
+	_ = json.Unmarshal(body, &acct)
+	if resp, body = post("/v1/accounts/"+acct.ID+"/deposits", uuid.NewString(), `{"amount":1000}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("deposit: %d %s", resp.StatusCode, body)
+	}
+	key := uuid.NewString()
+	charge := `{"account_id":"` + acct.ID + `","amount":250,"currency":"USD"}`
+	first, firstBody := post("/v1/charges", key, charge)
+	again, againBody := post("/v1/charges", key, charge)
+	if first.StatusCode != http.StatusCreated || !bytes.Equal(firstBody, againBody) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("charge %d %s; replay %d %s", first.StatusCode, firstBody, again.StatusCode, againBody)
+	}
+	for _, path := range []string{"/readyz", "/openapi.yaml", "/docs/"} {
+		r, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK {
+			t.Errorf("GET %s = %d", path, r.StatusCode)
+		}
+	}
+}
+
+var listening = regexp.MustCompile(`"msg":"listening","addr":"([^"]+)"`)
+
+func waitForAddr(t *testing.T, logs *lockedBuffer) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := listening.FindStringSubmatch(logs.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("serve did not report its address; logs:\n%s", logs.String())
+	return ""
+}
+
+func TestBadConfigurationNamesTheVariable(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"ttl", map[string]string{"IDEMPOTENCY_TTL": "forever"}, nil, "IDEMPOTENCY_TTL"},
+		{"wait", map[string]string{"IDEMPOTENCY_WAIT": "-1s"}, nil, "IDEMPOTENCY_WAIT"},
+		{"pool", map[string]string{"DB_MAX_CONNS": "zero"}, nil, "DB_MAX_CONNS"},
+		{"log level", map[string]string{"LOG_LEVEL": "loud"}, nil, "LOG_LEVEL"},
+		{"flag overrides env", map[string]string{"IDEMPOTENCY_TTL": "1h"}, []string{"--idempotency-ttl", "soon"}, "--idempotency-ttl"},
+		{"database url", map[string]string{"DATABASE_URL": "::not a url"}, nil, "DATABASE_URL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.env["HTTP_ADDR"] = "127.0.0.1:0"
+			err := run(context.Background(), append([]string{"serve"}, tc.args...), envOf(tc.env), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+	if err := run(context.Background(), []string{"bogus"}, envOf(nil), io.Discard, io.Discard); err == nil {
+		t.Error("an unknown command succeeded")
+	}
+}
+
+// TestMigrateCreatesMissingDatabase: a newcomer without psql gets the database
+// created by "migrate up".
+func TestMigrateCreatesMissingDatabase(t *testing.T) {
+	admin := pgtest.AdminURL(t)
+	cfg, err := pgx.ParseConfig(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "payments_test_created_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	t.Cleanup(func() {
+		conn, err := pgx.ConnectConfig(context.Background(), cfg)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Error(err)
+		}
+	})
+	var out, errs bytes.Buffer
+	if err := run(context.Background(), []string{"migrate", "up"}, envOf(map[string]string{"DATABASE_URL": u.String()}), &out, &errs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errs.String(), "created database") || !strings.Contains(out.String(), "schema version 1 ") {
+		t.Errorf("stdout %q, stderr %q", out.String(), errs.String())
+	}
+}

@@ -1,0 +1,186 @@
+// Package docs serves the browsable documentation of the HTTP API: a page that
+// renders the service's OpenAPI document with Swagger UI, "Try it out" included.
+// Swagger UI's assets are embedded in the binary, so the page needs no CDN and
+// no internet access. assets/VERSION records their version; fetch-assets.sh
+// refreshes them.
+package docs
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+//go:embed index.html init.js assets
+var files embed.FS
+
+var indexTemplate = template.Must(template.ParseFS(files, "index.html"))
+
+// contentSecurityPolicy lets the page load only what the service itself serves.
+// Swagger UI sets inline style attributes and uses data: URIs for icons.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; " +
+	"style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; " +
+	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Handler returns the handler of the documentation page, which renders the
+// OpenAPI document at specURL (for example "/openapi.yaml"; it must be on the
+// same origin as the page). It returns no error: all it serves is embedded.
+//
+// It serves, relative to the path it is mounted at:
+//
+//	/ and /index.html   the page (text/html)
+//	/init.js            the script that starts Swagger UI
+//	/assets/NAME        Swagger UI's files and their licences
+//
+// Anything else is a 404 and any method but GET and HEAD a 405, both as
+// application/problem+json.
+//
+// Mount it with chi, r.Mount("/docs", docs.Handler("/openapi.yaml")): chi's Mount
+// leaves r.URL.Path whole, so Handler reads the path below the mount point from
+// chi's route context. Without chi, give it that path in r.URL.Path, as
+// http.StripPrefix("/docs", ...) does. The page refers to its assets by absolute
+// paths under the mount point, so it works both as /docs and as /docs/.
+func Handler(specURL string) http.Handler {
+	h := &handler{specURL: specURL, assets: make(map[string]asset)}
+	add := func(name, urlPath string) {
+		body, err := fs.ReadFile(files, name)
+		if err != nil {
+			panic("docs: embedded file missing: " + name) // cannot happen: go:embed checks
+		}
+		sum := sha256.Sum256(body)
+		h.assets[urlPath] = asset{
+			body:        body,
+			contentType: contentType(name),
+			etag:        `"` + hex.EncodeToString(sum[:16]) + `"`,
+		}
+	}
+	add("init.js", "/init.js")
+	names, err := fs.Glob(files, "assets/*")
+	if err != nil {
+		panic("docs: " + err.Error()) // cannot happen: the pattern is valid
+	}
+	for _, name := range names {
+		add(name, "/"+name)
+	}
+	return h
+}
+
+type handler struct {
+	specURL string
+	assets  map[string]asset // by path below the mount point, e.g. "/assets/swagger-ui.css"
+}
+
+type asset struct {
+	body        []byte
+	contentType string
+	etag        string
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed",
+			"the documentation supports only GET and HEAD, not "+r.Method)
+		return
+	}
+	rel := relativePath(r)
+	switch rel {
+	case "", "/", "/index.html":
+		h.serveIndex(w, r, rel)
+		return
+	}
+	a, ok := h.assets[rel]
+	if !ok {
+		writeProblem(w, http.StatusNotFound, "not-found", "no such documentation file")
+		return
+	}
+	w.Header().Set("Content-Type", a.contentType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// Revalidate each time: a new binary may carry new assets under the same
+	// names, and the ETag makes revalidation a cheap 304.
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("ETag", a.etag)
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(a.body))
+}
+
+func (h *handler) serveIndex(w http.ResponseWriter, r *http.Request, rel string) {
+	var buf bytes.Buffer
+	data := struct{ Base, SpecURL string }{mountPrefix(r, rel), h.specURL}
+	if err := indexTemplate.Execute(&buf, data); err != nil {
+		writeProblem(w, http.StatusInternalServerError, "internal-error", "the documentation page could not be rendered")
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// relativePath returns the request's path below the handler's mount point.
+func relativePath(r *http.Request) string {
+	if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath != "" {
+		return rctx.RoutePath
+	}
+	return r.URL.Path
+}
+
+// mountPrefix returns the path the handler is mounted at, as the client sent it
+// ("/docs"; "" at the root), for a request of the page whose path below the
+// mount point is rel. It reads the original request line, which neither chi nor
+// http.StripPrefix rewrite, and keeps its escaping.
+func mountPrefix(r *http.Request, rel string) string {
+	p := r.URL.EscapedPath()
+	if u, err := url.ParseRequestURI(r.RequestURI); r.RequestURI != "" && err == nil {
+		p = u.EscapedPath()
+	}
+	if rel == "" || rel == "/" {
+		p = strings.TrimSuffix(p, "/")
+	} else {
+		p = strings.TrimSuffix(p, rel)
+	}
+	// A path starting with "//" would read as a host name in the page's URLs.
+	p = strings.TrimLeft(p, "/")
+	if p == "" {
+		return ""
+	}
+	return "/" + p
+}
+
+func contentType(name string) string {
+	switch path.Ext(name) {
+	case ".js":
+		return "text/javascript; charset=utf-8"
+	case ".css":
+		return "text/css; charset=utf-8"
+	default: // LICENSE, NOTICE, VERSION, *.txt
+		return "text/plain; charset=utf-8"
+	}
+}
+
+// writeProblem answers with an RFC 9457 problem, like the rest of the API.
+func writeProblem(w http.ResponseWriter, status int, code, detail string) {
+	body, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+		Code   string `json:"code"`
+	}{"/problems/" + code, http.StatusText(status), status, detail, code})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

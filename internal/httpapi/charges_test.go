@@ -1,0 +1,410 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"payments/internal/idempotency"
+	"payments/internal/pgtest"
+)
+
+func TestChargeThenReplayIsByteForByte(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	key := uuid.NewString()
+
+	first := f.post("/v1/charges", key, chargeBody(acct, 300))
+	if first.status != http.StatusCreated {
+		t.Fatalf("charge: %d %s", first.status, first.body)
+	}
+	ch := first.json(t)
+	if ch["status"] != "succeeded" || ch["amount"] != float64(300) || ch["amount_refunded"] != float64(0) {
+		t.Errorf("charge body = %s", first.body)
+	}
+	loc := first.header.Get("Location")
+	if loc != "/v1/charges/"+ch["id"].(string) {
+		t.Errorf("Location = %q, want the charge's URL", loc)
+	}
+	if first.header.Get("Idempotent-Replayed") != "" {
+		t.Error("a first execution is marked as replayed")
+	}
+
+	// A retry, with members reordered and whitespace added: the same request.
+	retryBody := "{ \"currency\": \"USD\",\n  \"amount\": 300, \"account_id\": \"" + acct + "\" }"
+	for i := range 3 {
+		again := f.post("/v1/charges", key, retryBody)
+		if again.status != first.status || !bytes.Equal(again.body, first.body) {
+			t.Fatalf("retry %d: %d %s, want byte-identical %d %s", i, again.status, again.body, first.status, first.body)
+		}
+		if again.header.Get("Location") != loc || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("retry %d: Location %q, Idempotent-Replayed %q", i, again.header.Get("Location"), again.header.Get("Idempotent-Replayed"))
+		}
+	}
+
+	if got := f.balance(acct); got != 700 {
+		t.Errorf("balance = %d, want 700 (charged once)", got)
+	}
+	if n := f.charges(); n != 1 {
+		t.Errorf("%d charge rows, want 1", n)
+	}
+	f.checkLedger(acct)
+
+	got := f.get(loc)
+	if got.status != http.StatusOK || !bytes.Equal(got.body, first.body) {
+		t.Errorf("GET %s = %d %s, want the created charge %s", loc, got.status, got.body, first.body)
+	}
+	if !strings.Contains(f.logs.String(), `"outcome":"replayed"`) {
+		t.Error("no audit line for the replays")
+	}
+	if strings.Contains(f.logs.String(), key) || strings.Contains(f.logs.String(), f.apiKey) {
+		t.Error("a raw idempotency key or API key was logged")
+	}
+}
+
+func TestKeyReusedForAnotherRequestIsRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	key := uuid.NewString()
+	first := f.post("/v1/charges", key, chargeBody(acct, 100))
+	if first.status != http.StatusCreated {
+		t.Fatalf("charge: %d %s", first.status, first.body)
+	}
+
+	cases := []struct {
+		name, path, body string
+	}{
+		{"other amount", "/v1/charges", chargeBody(acct, 101)},
+		{"extra description", "/v1/charges", `{"account_id":"` + acct + `","amount":100,"currency":"USD","description":"x"}`},
+		{"other route", "/v1/accounts/" + acct + "/deposits", `{"amount":100}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.post(tc.path, key, tc.body)
+			if r.status != http.StatusUnprocessableEntity || r.code(t) != "idempotency-key-reused" {
+				t.Fatalf("got %d %s, want 422 idempotency-key-reused", r.status, r.body)
+			}
+		})
+	}
+	if got := f.balance(acct); got != 900 {
+		t.Errorf("balance = %d, want 900: a refused reuse must execute nothing", got)
+	}
+	if n := f.charges(); n != 1 {
+		t.Errorf("%d charges, want 1", n)
+	}
+	if !strings.Contains(f.logs.String(), `"outcome":"idempotency-key-reused"`) {
+		t.Error("no audit line for the mismatch")
+	}
+}
+
+func TestBusinessRefusalsAreStoredAndReplayed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	usd := f.account("USD", 100)
+	eur := f.account("EUR", 100)
+	unknown := "acct_" + strings.Repeat("1", 32)
+
+	cases := []struct {
+		name   string
+		body   string
+		status int
+		code   string
+	}{
+		{"insufficient funds", chargeBody(usd, 500), http.StatusPaymentRequired, "insufficient-funds"},
+		{"unknown account", chargeBody(unknown, 50), http.StatusNotFound, "account-not-found"},
+		{"currency mismatch", chargeBody(eur, 50), http.StatusUnprocessableEntity, "currency-mismatch"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key := uuid.NewString()
+			first := f.post("/v1/charges", key, tc.body)
+			if first.status != tc.status || first.code(t) != tc.code {
+				t.Fatalf("got %d %s, want %d %s", first.status, first.body, tc.status, tc.code)
+			}
+			// Fund the accounts generously: the stored refusal is still the answer.
+			f.post("/v1/accounts/"+usd+"/deposits", uuid.NewString(), `{"amount":10000}`)
+			again := f.post("/v1/charges", key, tc.body)
+			if again.status != first.status || !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("replay = %d %s, want the stored %d %s", again.status, again.body, first.status, first.body)
+			}
+		})
+	}
+
+	// The 402 recorded one failed charge and moved no money.
+	if n := f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'failed' AND failure_code = 'insufficient_funds'`); n != 1 {
+		t.Errorf("%d failed charges, want 1", n)
+	}
+	if n := f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'succeeded'`); n != 0 {
+		t.Errorf("%d succeeded charges, want 0", n)
+	}
+	if got := f.balance(usd); got != 100+3*10000 {
+		t.Errorf("USD balance = %d, want %d", got, 100+3*10000)
+	}
+	if got := f.balance(eur); got != 100 {
+		t.Errorf("EUR balance = %d, want 100", got)
+	}
+	f.checkLedger(usd)
+}
+
+func TestFailedChargeProblemNamesTheCharge(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 10)
+	r := f.post("/v1/charges", uuid.NewString(), chargeBody(acct, 11))
+	if r.status != http.StatusPaymentRequired {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	id, _ := r.json(t)["charge_id"].(string)
+	got := f.get("/v1/charges/" + id)
+	if got.status != http.StatusOK {
+		t.Fatalf("GET failed charge: %d %s", got.status, got.body)
+	}
+	if c := got.json(t); c["status"] != "failed" || c["failure_code"] != "insufficient_funds" {
+		t.Errorf("failed charge = %s", got.body)
+	}
+}
+
+// TestConcurrentRetriesOfOneKeyChargeOnce releases many identical requests at
+// once: one executes, the others wait for it and replay its answer.
+func TestConcurrentRetriesOfOneKeyChargeOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 10_000)
+	key := uuid.NewString()
+	body := chargeBody(acct, 2500)
+
+	const n = 60
+	replies := make([]reply, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			req := f.request(http.MethodPost, "/v1/charges", key, body)
+			<-start
+			replies[i] = f.do(req)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var created []reply
+	for _, r := range replies {
+		switch r.status {
+		case http.StatusCreated:
+			created = append(created, r)
+		case http.StatusConflict:
+			if r.code(t) != "idempotency-key-in-use" || r.header.Get("Retry-After") == "" {
+				t.Errorf("409 without Retry-After or with the wrong code: %v %s", r.header, r.body)
+			}
+		default:
+			t.Errorf("unexpected reply %d %s", r.status, r.body)
+		}
+	}
+	if len(created) == 0 {
+		t.Fatal("no request succeeded")
+	}
+	fresh := 0
+	for _, r := range created {
+		if !bytes.Equal(r.body, created[0].body) {
+			t.Errorf("201 bodies differ:\n%s\n%s", r.body, created[0].body)
+		}
+		if r.header.Get("Idempotent-Replayed") != "true" {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Errorf("%d executions, want exactly 1", fresh)
+	}
+	if n := f.charges(); n != 1 {
+		t.Errorf("%d charge rows, want 1", n)
+	}
+	if got := f.balance(acct); got != 7500 {
+		t.Errorf("balance = %d, want 7500 (debited once)", got)
+	}
+	f.checkLedger(acct)
+}
+
+// TestConcurrentDistinctChargesNeverOverdraw races 100 charges for a balance that
+// covers exactly 50 of them.
+func TestConcurrentDistinctChargesNeverOverdraw(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 50*40)
+
+	const n = 100
+	statuses := make([]int, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			req := f.request(http.MethodPost, "/v1/charges", uuid.NewString(), chargeBody(acct, 40))
+			<-start
+			statuses[i] = f.do(req).status
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	if count[http.StatusCreated] != 50 || count[http.StatusPaymentRequired] != 50 {
+		t.Errorf("statuses = %v, want 50 × 201 and 50 × 402", count)
+	}
+	if got := f.balance(acct); got != 0 {
+		t.Errorf("balance = %d, want 0", got)
+	}
+	if n := f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'succeeded'`); n != 50 {
+		t.Errorf("%d succeeded charges, want 50", n)
+	}
+	f.checkLedger(acct)
+}
+
+// TestFailureAfterClaimRollsBackEverything injects a fault inside the
+// transaction, after the key is claimed: nothing may remain, and the retry
+// then charges once.
+func TestFailureAfterClaimRollsBackEverything(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(o *setupOptions) { o.databaseURL = pgtest.NewDatabase(t) })
+	acct := f.account("USD", 1000)
+	ctx := context.Background()
+	_, err := f.db.Exec(ctx, `
+CREATE FUNCTION inject_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'injected fault'; END $$;
+CREATE TRIGGER inject_fault BEFORE INSERT ON charges FOR EACH ROW EXECUTE FUNCTION inject_fault();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	key := uuid.NewString()
+	r := f.post("/v1/charges", key, chargeBody(acct, 400))
+	if r.status != http.StatusInternalServerError || r.code(t) != "internal-error" {
+		t.Fatalf("got %d %s, want 500 internal-error", r.status, r.body)
+	}
+	if strings.Contains(string(r.body), "injected") {
+		t.Errorf("the driver's error text reached the client: %s", r.body)
+	}
+	if f.keys() != 2 || f.charges() != 0 || f.balance(acct) != 1000 {
+		t.Fatalf("after the fault: %d keys (want 2: account and deposit), %d charges (want 0), balance %d (want 1000)",
+			f.keys(), f.charges(), f.balance(acct))
+	}
+
+	if _, err := f.db.Exec(ctx, `DROP TRIGGER inject_fault ON charges`); err != nil {
+		t.Fatal(err)
+	}
+	r = f.post("/v1/charges", key, chargeBody(acct, 400))
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after the fault: %d %s, want a fresh 201", r.status, r.body)
+	}
+	if f.charges() != 1 || f.balance(acct) != 600 {
+		t.Errorf("after the retry: %d charges (want 1), balance %d (want 600)", f.charges(), f.balance(acct))
+	}
+	f.checkLedger(acct)
+}
+
+// TestRequestWaitsForInFlightKey holds a key in an open transaction, as an
+// in-flight request would: a duplicate waits, gives up with 409 past the
+// bound, and replays the outcome once the holder commits.
+func TestRequestWaitsForInFlightKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(o *setupOptions) { o.keyWait = 300 * time.Millisecond })
+	acct := f.account("USD", 1000)
+	key := uuid.NewString()
+	body := chargeBody(acct, 100)
+	canonical, err := idempotency.Canonicalize([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := idempotency.NewFingerprint(http.MethodPost, "/v1/charges", canonical)
+
+	ctx := context.Background()
+	holder, err := f.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := holder.Exec(ctx, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint) VALUES ($1, $2, $3)`,
+		f.merchantID, key, fp[:]); err != nil {
+		t.Fatal(err)
+	}
+
+	began := time.Now()
+	r := f.post("/v1/charges", key, body)
+	if r.status != http.StatusConflict || r.code(t) != "idempotency-key-in-use" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("got %d %v %s, want 409 idempotency-key-in-use with Retry-After", r.status, r.header, r.body)
+	}
+	if waited := time.Since(began); waited < 300*time.Millisecond {
+		t.Errorf("answered after %v, before the wait bound", waited)
+	}
+
+	waiting := make(chan reply)
+	go func() { waiting <- f.post("/v1/charges", key, body) }()
+	time.Sleep(100 * time.Millisecond) // let it reach the key's index entry
+	stored := []byte(`{"stored":"by the holder"}`)
+	if _, err := holder.Exec(ctx, `UPDATE idempotency_keys SET status = 201, location = '/v1/charges/x', body = $3
+WHERE merchant_id = $1 AND key = $2`, f.merchantID, key, stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r = <-waiting
+	if r.status != http.StatusCreated || !bytes.Equal(r.body, stored) || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the waiting request got %d %s, want the holder's stored response", r.status, r.body)
+	}
+	if f.charges() != 0 || f.balance(acct) != 1000 {
+		t.Errorf("%d charges, balance %d: the waiting request must not execute", f.charges(), f.balance(acct))
+	}
+}
+
+// TestKeysAreScopedPerMerchant: two merchants may use one key independently,
+// and neither can reach the other's objects.
+func TestKeysAreScopedPerMerchant(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	b := a.otherMerchant()
+	acctA := a.account("USD", 1000)
+	acctB := b.account("USD", 1000)
+	key := "order-42" // the same key for both merchants
+
+	ra := a.post("/v1/charges", key, chargeBody(acctA, 100))
+	rb := b.post("/v1/charges", key, chargeBody(acctB, 200))
+	if ra.status != http.StatusCreated || rb.status != http.StatusCreated || rb.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("A: %d %s; B: %d %s; want two independent 201s", ra.status, ra.body, rb.status, rb.body)
+	}
+	chargeA := ra.json(t)["id"].(string)
+
+	// B cannot read or use A's objects, nor replay A's response.
+	for _, path := range []string{"/v1/charges/" + chargeA, "/v1/accounts/" + acctA} {
+		if r := b.get(path); r.status != http.StatusNotFound || r.code(t) != "not-found" {
+			t.Errorf("B GET %s = %d %s, want 404", path, r.status, r.body)
+		}
+	}
+	if r := b.post("/v1/charges", uuid.NewString(), chargeBody(acctA, 100)); r.status != http.StatusNotFound || r.code(t) != "account-not-found" {
+		t.Errorf("B charging A's account = %d %s, want 404 account-not-found", r.status, r.body)
+	}
+	if r := b.post("/v1/accounts/"+acctA+"/deposits", uuid.NewString(), `{"amount":5}`); r.status != http.StatusNotFound {
+		t.Errorf("B depositing into A's account = %d %s, want 404", r.status, r.body)
+	}
+	if r := b.post("/v1/charges", key, chargeBody(acctA, 100)); r.status != http.StatusUnprocessableEntity {
+		t.Errorf("B replaying A's request under B's own key = %d %s, want 422 (B's key holds B's request)", r.status, r.body)
+	}
+
+	if a.balance(acctA) != 900 || b.balance(acctB) != 800 {
+		t.Errorf("balances A %d (want 900), B %d (want 800)", a.balance(acctA), b.balance(acctB))
+	}
+	if a.charges() != 1 || b.charges() != 1 {
+		t.Errorf("A has %d charges, B %d; want one each", a.charges(), b.charges())
+	}
+	a.checkLedger(acctA)
+	b.checkLedger(acctB)
+}

@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"payments/internal/idempotency"
+)
+
+// readPost checks everything about a POST that can be checked before its key is
+// claimed: the Idempotency-Key header, the content type, the size and the JSON
+// shape. It decodes the body strictly into dst and fingerprints the request. On
+// failure it has answered with a problem (never stored) and returns false.
+func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idempotency.Request, bool) {
+	key, err := idempotency.ParseKey(r.Header)
+	if err != nil {
+		s.fail(w, r, err)
+		return idempotency.Request{}, false
+	}
+	if p, ok := checkContentType(r.Header.Get("Content-Type")); !ok {
+		s.writeProblem(w, p)
+		return idempotency.Request{}, false
+	}
+	if r.ContentLength > MaxBodyBytes {
+		s.writeProblem(w, tooLarge())
+		return idempotency.Request{}, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.writeProblem(w, tooLarge())
+		} else {
+			s.writeProblem(w, newProblem(probInvalidRequest, "could not read the request body"))
+		}
+		return idempotency.Request{}, false
+	}
+	canonical, err := idempotency.Canonicalize(body)
+	if err != nil {
+		s.writeProblem(w, newProblem(probInvalidRequest, err.Error()))
+		return idempotency.Request{}, false
+	}
+	if p, ok := decodeStrict(body, dst); !ok {
+		s.writeProblem(w, p)
+		return idempotency.Request{}, false
+	}
+	return idempotency.Request{
+		MerchantID:  merchantFrom(r.Context()),
+		Key:         key,
+		Fingerprint: idempotency.NewFingerprint(r.Method, r.URL.Path, canonical),
+	}, true
+}
+
+func tooLarge() problem {
+	return newProblem(probTooLarge, fmt.Sprintf("the request body exceeds %d bytes", MaxBodyBytes))
+}
+
+// checkContentType accepts application/json, with no charset or UTF-8.
+func checkContentType(ct string) (problem, bool) {
+	mediaType, params, err := mime.ParseMediaType(ct)
+	if err != nil || mediaType != "application/json" {
+		return newProblem(probUnsupportedMedia, fmt.Sprintf("Content-Type must be application/json, got %q", ct)), false
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return newProblem(probUnsupportedMedia, fmt.Sprintf("the charset must be UTF-8, got %q", cs)), false
+	}
+	return problem{}, true
+}
+
+// decodeStrict decodes one JSON object into dst, refusing unknown fields and
+// wrong types with a detail that names the field.
+func decodeStrict(body []byte, dst any) (problem, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		return problem{}, true
+	}
+	var (
+		typeErr *json.UnmarshalTypeError
+		p       = newProblem(probInvalidRequest, "")
+	)
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field == "":
+		p.Detail = "the request body must be a JSON object, got " + typeErr.Value
+	case errors.As(err, &typeErr):
+		p.Field = typeErr.Field
+		p.Detail = fmt.Sprintf("%s must be %s, got %s", typeErr.Field, describeType(typeErr.Type), typeErr.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		p.Field = name
+		p.Detail = fmt.Sprintf("unknown field %q", name)
+	default:
+		p.Detail = "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")
+	}
+	return p, false
+}
+
+func describeType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer (minor units, within range)"
+	case reflect.String:
+		return "a string"
+	case reflect.Map:
+		return "an object of string values"
+	default:
+		return "a " + t.Kind().String()
+	}
+}

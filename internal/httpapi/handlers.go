@@ -1,0 +1,199 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"payments/internal/payment"
+)
+
+type accountRequest struct {
+	Currency    string            `json:"currency"`
+	Description *string           `json:"description"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
+	var in accountRequest
+	req, ok := s.readPost(w, r, &in)
+	if !ok {
+		return
+	}
+	na := payment.NewAccount{Currency: in.Currency, Description: in.Description, Metadata: in.Metadata}
+	if err := na.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		a, err := l.CreateAccount(ctx, req.MerchantID, na)
+		if err != nil {
+			return response{}, err
+		}
+		j := renderAccount(a)
+		return created("/v1/accounts/"+j.ID, j)
+	})
+}
+
+func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r, "id", payment.PrefixAccount)
+	a, err := s.backend.Account(r.Context(), merchantFrom(r.Context()), id)
+	s.answer(w, r, err, func() any { return renderAccount(a) })
+}
+
+type depositRequest struct {
+	Amount *int64 `json:"amount"`
+}
+
+func (s *Server) createDeposit(w http.ResponseWriter, r *http.Request) {
+	var in depositRequest
+	req, ok := s.readPost(w, r, &in)
+	if !ok {
+		return
+	}
+	if err := requireAmount(in.Amount); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// A malformed account id is an unknown account: the 404 is stored like any
+	// other outcome of the claimed key.
+	accountID := pathID(r, "id", payment.PrefixAccount)
+	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		d, err := l.Deposit(ctx, req.MerchantID, accountID, *in.Amount)
+		if err != nil {
+			return response{}, err
+		}
+		j := renderDeposit(d)
+		return created(fmt.Sprintf("/v1/accounts/%s/deposits/%s", j.AccountID, j.ID), j)
+	})
+}
+
+func (s *Server) getDeposit(w http.ResponseWriter, r *http.Request) {
+	accountID := pathID(r, "id", payment.PrefixAccount)
+	id := pathID(r, "depositID", payment.PrefixDeposit)
+	d, err := s.backend.Deposit(r.Context(), merchantFrom(r.Context()), accountID, id)
+	s.answer(w, r, err, func() any { return renderDeposit(d) })
+}
+
+type chargeRequest struct {
+	AccountID   string            `json:"account_id"`
+	Amount      *int64            `json:"amount"`
+	Currency    string            `json:"currency"`
+	Description *string           `json:"description"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+func (r chargeRequest) toDomain() (payment.NewCharge, error) {
+	if r.AccountID == "" {
+		return payment.NewCharge{}, &payment.ValidationError{Field: "account_id", Message: "is required"}
+	}
+	accountID, ok := payment.ParseID(payment.PrefixAccount, r.AccountID)
+	if !ok {
+		return payment.NewCharge{}, &payment.ValidationError{Field: "account_id",
+			Message: "must be an account id: acct_ followed by 32 lowercase hex digits"}
+	}
+	if err := requireAmount(r.Amount); err != nil {
+		return payment.NewCharge{}, err
+	}
+	nc := payment.NewCharge{AccountID: accountID, Amount: *r.Amount, Currency: r.Currency,
+		Description: r.Description, Metadata: r.Metadata}
+	return nc, nc.Validate()
+}
+
+func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
+	var in chargeRequest
+	req, ok := s.readPost(w, r, &in)
+	if !ok {
+		return
+	}
+	nc, err := in.toDomain()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		c, err := l.Charge(ctx, req.MerchantID, nc)
+		if err != nil {
+			return response{}, err
+		}
+		j := renderCharge(c)
+		if c.Status == payment.ChargeFailed {
+			p := newProblem(probInsufficientFunds, fmt.Sprintf(
+				"the balance of account %s does not cover %d %s", j.AccountID, c.Amount, c.Currency))
+			p.ChargeID = j.ID
+			return p.response(), nil
+		}
+		return created("/v1/charges/"+j.ID, j)
+	})
+}
+
+func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r, "id", payment.PrefixCharge)
+	c, err := s.backend.Charge(r.Context(), merchantFrom(r.Context()), id)
+	s.answer(w, r, err, func() any { return renderCharge(c) })
+}
+
+func requireAmount(amount *int64) error {
+	if amount == nil {
+		return &payment.ValidationError{Field: "amount", Message: "is required"}
+	}
+	return payment.ValidateAmount("amount", *amount)
+}
+
+// pathID parses a prefixed id from the path. A malformed id yields uuid.Nil,
+// which matches no object, so it reads as unknown.
+func pathID(r *http.Request, param, prefix string) uuid.UUID {
+	id, _ := payment.ParseID(prefix, chi.URLParam(r, param))
+	return id
+}
+
+// answer writes a read's result: 200 with render's JSON, or err's problem.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, err error, render func() any) {
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	resp, err := jsonResponse(http.StatusOK, "", render())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeResponse(w, resp, false)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	resp, _ := jsonResponse(http.StatusOK, "", map[string]string{"status": "ok"})
+	writeResponse(w, resp, false)
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.backend.Ping(ctx); err != nil {
+		s.fail(w, r, fmt.Errorf("%w: %w", payment.ErrUnavailable, err))
+		return
+	}
+	resp, _ := jsonResponse(http.StatusOK, "", map[string]string{"status": "ready"})
+	writeResponse(w, resp, false)
+}
+
+func (s *Server) spec(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(s.opts.Spec)
+}
+
+func (s *Server) problemDoc(w http.ResponseWriter, r *http.Request) {
+	slug := chi.URLParam(r, "slug")
+	for _, p := range problemCatalogue {
+		if p.slug == slug {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = fmt.Fprintf(w, "%s (HTTP %d)\n\n%s\n", p.title, p.status, p.about)
+			return
+		}
+	}
+	s.writeProblem(w, newProblem(probNotFound, "no such problem type"))
+}

@@ -1,0 +1,57 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"payments/internal/idempotency"
+	"payments/internal/payment"
+)
+
+// step is a POST's business step: it runs in the transaction that claimed the
+// key and returns the domain result, rendered by the handler.
+type step func(ctx context.Context, l payment.Ledger) (response, error)
+
+// execute runs st once for the request's key and answers with its response or
+// the replay of an earlier one.
+//
+// Every answer produced after the key is claimed is stored, business refusals
+// included: st's known domain errors (404, 422, …) become stored problems. An
+// unexpected error or an outage rolls everything back, key included, so the
+// retry executes cleanly.
+func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step) {
+	res, err := s.backend.Idempotent(r.Context(), req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		resp, err := st(ctx, l)
+		if err == nil {
+			return resp, nil
+		}
+		if p, ok := problemFor(err); ok && p.status < 500 {
+			return problemFromError(p, err).response(), nil
+		}
+		return response{}, err
+	})
+	switch {
+	case err != nil:
+		if p, ok := problemFor(err); ok && (p == probKeyReused || p == probKeyInUse) {
+			s.audit(r, req, p.slug)
+		}
+		s.fail(w, r, err)
+	case res.Replayed:
+		s.audit(r, req, "replayed")
+		writeResponse(w, res.Response, true)
+	default:
+		writeResponse(w, res.Response, false)
+	}
+}
+
+// audit records what happened to a known key: its merchant and a hash of the
+// key, never the key itself.
+func (s *Server) audit(r *http.Request, req idempotency.Request, outcome string) {
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "idempotency",
+		slog.String("request_id", requestIDFrom(r.Context())),
+		slog.String("merchant_id", req.MerchantID.String()),
+		slog.String("key_hash", idempotency.KeyHash(req.MerchantID, req.Key)),
+		slog.String("outcome", outcome),
+	)
+}

@@ -1,0 +1,220 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// TestBadInputIsRefusedBeforeTheKeyIsClaimed: every malformed request gets a
+// problem naming what is wrong, changes no money and stores no key, so the
+// corrected request can then use the same key.
+func TestBadInputIsRefusedBeforeTheKeyIsClaimed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	keysBefore := f.keys()
+	valid := chargeBody(acct, 100)
+	withField := func(field string) string {
+		return `{"account_id":"` + acct + `","amount":100,"currency":"USD",` + field + `}`
+	}
+
+	cases := []struct {
+		name        string
+		key         string // "-" sends no header
+		contentType string
+		body        string
+		status      int
+		code        string
+		field       string
+	}{
+		{"missing key", "-", "application/json", valid, 400, "idempotency-key-missing", ""},
+		{"key too long", strings.Repeat("k", 256), "application/json", valid, 400, "idempotency-key-invalid", ""},
+		{"key with a space", "a b", "application/json", valid, 400, "idempotency-key-invalid", ""},
+		{"key not ASCII", "clé", "application/json", valid, 400, "idempotency-key-invalid", ""},
+		{"not JSON content type", "", "text/plain", valid, 415, "unsupported-media-type", ""},
+		{"no content type", "", "", valid, 415, "unsupported-media-type", ""},
+		{"latin-1 charset", "", "application/json; charset=latin1", valid, 415, "unsupported-media-type", ""},
+		{"body over 64 KiB", "", "application/json", withField(`"description":"` + strings.Repeat("x", 65<<10) + `"`), 413, "request-too-large", ""},
+		{"empty body", "", "application/json", " ", 400, "invalid-request", ""},
+		{"malformed JSON", "", "application/json", `{"amount":`, 400, "invalid-request", ""},
+		{"trailing data", "", "application/json", valid + `{}`, 400, "invalid-request", ""},
+		{"duplicate member", "", "application/json", withField(`"amount":5`), 400, "invalid-request", ""},
+		{"array body", "", "application/json", `[1]`, 400, "invalid-request", ""},
+		{"unknown field", "", "application/json", withField(`"capture":true`), 400, "invalid-request", "capture"},
+		{"amount missing", "", "application/json", `{"account_id":"` + acct + `","currency":"USD"}`, 400, "invalid-request", "amount"},
+		{"amount zero", "", "application/json", chargeBody(acct, 0), 400, "invalid-request", "amount"},
+		{"amount negative", "", "application/json", chargeBody(acct, -5), 400, "invalid-request", "amount"},
+		{"amount too large", "", "application/json", chargeBody(acct, 100_000_000), 400, "invalid-request", "amount"},
+		{"amount overflows int64", "", "application/json", `{"account_id":"` + acct + `","amount":99999999999999999999,"currency":"USD"}`, 400, "invalid-request", "amount"},
+		{"amount fractional", "", "application/json", `{"account_id":"` + acct + `","amount":1.5,"currency":"USD"}`, 400, "invalid-request", "amount"},
+		{"amount as string", "", "application/json", `{"account_id":"` + acct + `","amount":"100","currency":"USD"}`, 400, "invalid-request", "amount"},
+		{"currency lowercase", "", "application/json", `{"account_id":"` + acct + `","amount":100,"currency":"usd"}`, 400, "invalid-request", "currency"},
+		{"currency unknown", "", "application/json", `{"account_id":"` + acct + `","amount":100,"currency":"ABC"}`, 400, "invalid-request", "currency"},
+		{"currency missing", "", "application/json", `{"account_id":"` + acct + `","amount":100}`, 400, "invalid-request", "currency"},
+		{"account id malformed", "", "application/json", chargeBody("acct_nope", 100), 400, "invalid-request", "account_id"},
+		{"account id missing", "", "application/json", `{"amount":100,"currency":"USD"}`, 400, "invalid-request", "account_id"},
+		{"description too long", "", "application/json", withField(`"description":"` + strings.Repeat("d", 1001) + `"`), 400, "invalid-request", "description"},
+		{"metadata not strings", "", "application/json", withField(`"metadata":{"a":1}`), 400, "invalid-request", ""},
+		{"invalid UTF-8", "", "application/json", "{\"account_id\":\"\xff\"}", 400, "invalid-request", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key := tc.key
+			if key == "" {
+				key = uuid.NewString()
+			}
+			req := f.request(http.MethodPost, "/v1/charges", "", tc.body)
+			if key != "-" {
+				req.Header["Idempotency-Key"] = []string{key}
+			}
+			if tc.contentType == "" {
+				req.Header.Del("Content-Type")
+			} else {
+				req.Header.Set("Content-Type", tc.contentType)
+			}
+			r := f.do(req)
+			if r.status != tc.status || r.code(t) != tc.code {
+				t.Fatalf("got %d %s, want %d %s", r.status, r.body, tc.status, tc.code)
+			}
+			p := r.json(t)
+			if detail, _ := p["detail"].(string); detail == "" {
+				t.Errorf("problem without a detail: %s", r.body)
+			}
+			if tc.field != "" && p["field"] != tc.field {
+				t.Errorf("field = %v, want %q; %s", p["field"], tc.field, r.body)
+			}
+			if key != "-" && ValidKeyForRetry(key) {
+				// The refusal stored nothing: the same key now executes the valid request.
+				ok := f.post("/v1/charges", key, chargeBody(acct, 1))
+				if ok.status != http.StatusCreated || ok.header.Get("Idempotent-Replayed") != "" {
+					t.Errorf("valid request under the refused request's key: %d %s", ok.status, ok.body)
+				}
+			}
+		})
+	}
+	// Only the valid follow-ups (1 each) moved money.
+	followUps := int64(f.keys() - keysBefore)
+	if got, want := f.balance(acct), 1000-followUps; got != want {
+		t.Errorf("balance = %d, want %d: refused requests must change nothing", got, want)
+	}
+	if n := f.charges(); int64(n) != followUps {
+		t.Errorf("%d charges, want %d (the valid follow-ups only)", n, followUps)
+	}
+	f.checkLedger(acct)
+}
+
+// ValidKeyForRetry reports whether a case's key is a usable key, so its
+// follow-up request is meaningful.
+func ValidKeyForRetry(key string) bool {
+	return len(key) <= 255 && !strings.ContainsAny(key, " é")
+}
+
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cases := []struct{ name, header string }{
+		{"none", ""},
+		{"not bearer", "Basic " + f.apiKey},
+		{"unknown key", "Bearer sk_unknown"},
+		{"empty bearer", "Bearer "},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := f.request(http.MethodPost, "/v1/accounts", uuid.NewString(), `{"currency":"USD"}`)
+			req.Header.Del("Authorization")
+			if tc.header != "" {
+				req.Header.Set("Authorization", tc.header)
+			}
+			if r := f.do(req); r.status != http.StatusUnauthorized || r.code(t) != "unauthorized" {
+				t.Errorf("got %d %s, want 401", r.status, r.body)
+			}
+		})
+	}
+	if n := f.count(`SELECT count(*) FROM accounts WHERE merchant_id = $1`); n != 0 {
+		t.Errorf("%d accounts created without authentication", n)
+	}
+}
+
+func TestAccountsAndDeposits(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	key := uuid.NewString()
+	body := `{"currency":"EUR","description":"Ana's wallet","metadata":{"customer":"c_1"}}`
+	r := f.post("/v1/accounts", key, body)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	acct := r.json(t)
+	id := acct["id"].(string)
+	if acct["object"] != "account" || acct["currency"] != "EUR" || acct["balance"] != float64(0) ||
+		acct["description"] != "Ana's wallet" || r.header.Get("Location") != "/v1/accounts/"+id {
+		t.Errorf("account = %s, Location %q", r.body, r.header.Get("Location"))
+	}
+	if again := f.post("/v1/accounts", key, body); again.status != http.StatusCreated || string(again.body) != string(r.body) {
+		t.Errorf("replayed account creation: %d %s", again.status, again.body)
+	}
+	if n := f.count(`SELECT count(*) FROM accounts WHERE merchant_id = $1`); n != 1 {
+		t.Errorf("%d accounts, want 1", n)
+	}
+
+	depKey := uuid.NewString()
+	d := f.post("/v1/accounts/"+id+"/deposits", depKey, `{"amount":2500}`)
+	if d.status != http.StatusCreated || d.json(t)["currency"] != "EUR" {
+		t.Fatalf("deposit: %d %s", d.status, d.body)
+	}
+	f.post("/v1/accounts/"+id+"/deposits", depKey, `{"amount":2500}`)
+	if got := f.balance(id); got != 2500 {
+		t.Errorf("balance = %d, want 2500 (deposited once)", got)
+	}
+	if g := f.get(d.header.Get("Location")); g.status != http.StatusOK || string(g.body) != string(d.body) {
+		t.Errorf("GET deposit = %d %s, want %s", g.status, g.body, d.body)
+	}
+	if g := f.get("/v1/accounts/" + id); g.status != http.StatusOK || g.json(t)["balance"] != float64(2500) {
+		t.Errorf("GET account = %d %s", g.status, g.body)
+	}
+
+	missing := "/v1/accounts/acct_" + strings.Repeat("f", 32) + "/deposits"
+	nf := f.post(missing, "dep-missing", `{"amount":5}`)
+	if nf.status != http.StatusNotFound || nf.code(t) != "not-found" {
+		t.Errorf("deposit to unknown account: %d %s", nf.status, nf.body)
+	}
+	if again := f.post(missing, "dep-missing", `{"amount":5}`); again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the 404 was not stored: %d %v", again.status, again.header)
+	}
+	for _, path := range []string{"/v1/accounts/nope", "/v1/charges/ch_nope", "/v1/accounts/" + id + "/deposits/dep_x"} {
+		if g := f.get(path); g.status != http.StatusNotFound || g.code(t) != "not-found" {
+			t.Errorf("GET %s = %d %s", path, g.status, g.body)
+		}
+	}
+}
+
+func TestOperationalEndpoints(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for path, want := range map[string]int{
+		"/healthz":                         200,
+		"/readyz":                          200,
+		"/openapi.yaml":                    200,
+		"/problems/idempotency-key-reused": 200,
+		"/problems/nope":                   404,
+		"/nope":                            404,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, f.url+path, nil)
+		if r := f.do(req); r.status != want {
+			t.Errorf("GET %s = %d, want %d", path, r.status, want)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodDelete, f.url+"/v1/charges", nil)
+	req.Header.Set("Authorization", "Bearer "+f.apiKey)
+	if r := f.do(req); r.status != http.StatusMethodNotAllowed || r.code(t) != "method-not-allowed" {
+		t.Errorf("DELETE /v1/charges = %d %s", r.status, r.body)
+	}
+	req, _ = http.NewRequest(http.MethodGet, f.url+"/healthz", nil)
+	req.Header.Set("X-Request-Id", "trace-123")
+	if r := f.do(req); r.header.Get("X-Request-Id") != "trace-123" {
+		t.Errorf("inbound request id not echoed: %q", r.header.Get("X-Request-Id"))
+	}
+}

@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"payments/internal/idempotency"
+	"payments/internal/payment"
+)
+
+// problemType is one kind of RFC 9457 problem this API answers with.
+type problemType struct {
+	slug   string
+	status int
+	title  string
+	about  string // served at /problems/{slug}
+}
+
+// The problem types of the API. Their slugs are part of the contract.
+var (
+	probKeyMissing = problemType{"idempotency-key-missing", http.StatusBadRequest, "Idempotency-Key header missing",
+		"Every POST under /v1 needs an Idempotency-Key header so it can be retried safely. Send a fresh UUID per operation and reuse it for that operation's retries."}
+	probKeyInvalid = problemType{"idempotency-key-invalid", http.StatusBadRequest, "Idempotency-Key header invalid",
+		"An Idempotency-Key is 1 to 255 visible ASCII characters (0x21-0x7E), sent once."}
+	probInvalidRequest = problemType{"invalid-request", http.StatusBadRequest, "Invalid request",
+		"The request body or parameters break the API's rules: malformed JSON, an unknown field, a wrong type, or a value out of range. The detail names the problem; nothing was stored or changed."}
+	probUnauthorized = problemType{"unauthorized", http.StatusUnauthorized, "Unauthorized",
+		"Send your API key as Authorization: Bearer <api key>."}
+	probInsufficientFunds = problemType{"insufficient-funds", http.StatusPaymentRequired, "Insufficient funds",
+		"The account's balance does not cover the charge. The failed charge is recorded (charge_id) and this answer is replayed for retries of the same request."}
+	probNotFound = problemType{"not-found", http.StatusNotFound, "Not found",
+		"No such object exists for your merchant."}
+	probAccountNotFound = problemType{"account-not-found", http.StatusNotFound, "Account not found",
+		"The charge names an account your merchant does not have."}
+	probMethodNotAllowed = problemType{"method-not-allowed", http.StatusMethodNotAllowed, "Method not allowed",
+		"This path does not support the request method."}
+	probKeyInUse = problemType{"idempotency-key-in-use", http.StatusConflict, "Idempotency-Key in use",
+		"Another request with this Idempotency-Key is still being processed. Retry after the Retry-After delay; you will receive its outcome."}
+	probTooLarge = problemType{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large",
+		"Request bodies are limited to 64 KiB."}
+	probUnsupportedMedia = problemType{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type",
+		"Send request bodies as Content-Type: application/json (UTF-8)."}
+	probKeyReused = problemType{"idempotency-key-reused", http.StatusUnprocessableEntity, "Idempotency-Key reused",
+		"This Idempotency-Key was already used for a different request (method, path or body differ). Nothing was executed; use a new key for a new operation."}
+	probCurrencyMismatch = problemType{"currency-mismatch", http.StatusUnprocessableEntity, "Currency mismatch",
+		"The charge's currency differs from the account's currency."}
+	probInternal = problemType{"internal-error", http.StatusInternalServerError, "Internal error",
+		"Something failed inside the service. Nothing was changed; retrying with the same Idempotency-Key is safe."}
+	probUnavailable = problemType{"service-unavailable", http.StatusServiceUnavailable, "Service unavailable",
+		"The database cannot be reached right now. Nothing was changed, or the change completed and a retry with the same Idempotency-Key returns it; retry after the Retry-After delay."}
+)
+
+var problemCatalogue = []problemType{
+	probKeyMissing, probKeyInvalid, probInvalidRequest, probUnauthorized, probInsufficientFunds,
+	probNotFound, probAccountNotFound, probMethodNotAllowed, probKeyInUse, probTooLarge,
+	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probInternal, probUnavailable,
+}
+
+// errorProblems maps domain errors to problem types: the one table that turns
+// errors into statuses.
+var errorProblems = []struct {
+	err  error
+	prob problemType
+}{
+	{idempotency.ErrKeyMissing, probKeyMissing},
+	{idempotency.ErrKeyInvalid, probKeyInvalid},
+	{idempotency.ErrKeyReused, probKeyReused},
+	{idempotency.ErrKeyInUse, probKeyInUse},
+	{payment.ErrUnauthenticated, probUnauthorized},
+	{payment.ErrNotFound, probNotFound},
+	{payment.ErrAccountNotFound, probAccountNotFound},
+	{payment.ErrCurrencyMismatch, probCurrencyMismatch},
+	{payment.ErrUnavailable, probUnavailable},
+}
+
+// problemFor returns the problem type for err, and false for an unexpected error.
+func problemFor(err error) (problemType, bool) {
+	var ve *payment.ValidationError
+	if errors.As(err, &ve) {
+		return probInvalidRequest, true
+	}
+	for _, e := range errorProblems {
+		if errors.Is(err, e.err) {
+			return e.prob, true
+		}
+	}
+	return problemType{}, false
+}
+
+// problem is the RFC 9457 body, with this API's extension members.
+type problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail"`
+	Code     string `json:"code"`
+	Field    string `json:"field,omitempty"`
+	ChargeID string `json:"charge_id,omitempty"`
+}
+
+func newProblem(p problemType, detail string) problem {
+	return problem{Type: "/problems/" + p.slug, Title: p.title, Status: p.status, Detail: detail, Code: p.slug}
+}
+
+// problemFromError builds the problem for a known error, naming the invalid
+// field of a validation error.
+func problemFromError(p problemType, err error) problem {
+	pr := newProblem(p, err.Error())
+	var ve *payment.ValidationError
+	if errors.As(err, &ve) {
+		pr.Field = ve.Field
+	}
+	return pr
+}
+
+func (p problem) response() response {
+	body, _ := json.Marshal(p) // plain strings and ints: cannot fail
+	return response{Status: p.Status, Body: append(body, '\n')}
+}

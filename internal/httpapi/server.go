@@ -1,0 +1,237 @@
+// Package httpapi is the HTTP face of the service: it turns requests into domain
+// calls and their results into JSON and RFC 9457 problems. It is the only
+// package that knows status codes.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
+
+	"payments/internal/idempotency"
+	"payments/internal/payment"
+	"payments/internal/postgres"
+)
+
+// MaxBodyBytes is the largest request body accepted.
+const MaxBodyBytes = 64 << 10
+
+// Backend is what the API needs from storage; *postgres.Store implements it.
+type Backend interface {
+	payment.Reader
+	// Authenticate returns the merchant owning apiKey, or payment.ErrUnauthenticated.
+	Authenticate(ctx context.Context, apiKey string) (uuid.UUID, error)
+	// Idempotent runs op at most once per (merchant, key); see postgres.Store.Idempotent.
+	Idempotent(ctx context.Context, req idempotency.Request, op postgres.Operation) (idempotency.Result, error)
+	// Ping reports whether the database answers.
+	Ping(ctx context.Context) error
+}
+
+// Options configure the API.
+type Options struct {
+	// Spec is the OpenAPI document served at /openapi.yaml.
+	Spec []byte
+	// Docs serves the browsable documentation under /docs; nil leaves it out.
+	Docs http.Handler
+}
+
+// Server routes and answers HTTP requests.
+type Server struct {
+	backend Backend
+	log     *slog.Logger
+	opts    Options
+	router  chi.Router
+}
+
+// New returns the API's HTTP handler.
+func New(backend Backend, log *slog.Logger, opts Options) *Server {
+	s := &Server{backend: backend, log: log, opts: opts}
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.accessLog, s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.writeProblem(w, newProblem(probNotFound, "no route for "+r.Method+" "+r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		s.writeProblem(w, newProblem(probMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path))
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Get("/openapi.yaml", s.spec)
+	r.Get("/problems/{slug}", s.problemDoc)
+	if opts.Docs != nil {
+		r.Mount("/docs", opts.Docs)
+	}
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Post("/accounts", s.createAccount)
+		r.Get("/accounts/{id}", s.getAccount)
+		r.Post("/accounts/{id}/deposits", s.createDeposit)
+		r.Get("/accounts/{id}/deposits/{depositID}", s.getDeposit)
+		r.Post("/charges", s.createCharge)
+		r.Get("/charges/{id}", s.getCharge)
+	})
+	s.router = r
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+type ctxKey int
+
+const (
+	requestIDKey ctxKey = iota
+	merchantKey
+)
+
+// RequestIDHeader carries the request id on every response.
+const RequestIDHeader = "X-Request-Id"
+
+// requestID adopts a well-formed inbound request id or makes one, and returns it
+// on the response.
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(RequestIDHeader)
+		if len(id) > 128 || !idempotency.ValidKey(id) {
+			var b [12]byte
+			_, _ = rand.Read(b[:])
+			id = "req_" + hex.EncodeToString(b[:])
+		}
+		w.Header().Set(RequestIDHeader, id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+func merchantFrom(ctx context.Context) uuid.UUID {
+	id, _ := ctx.Value(merchantKey).(uuid.UUID)
+	return id
+}
+
+// accessLog writes one structured line per request. It never logs headers or
+// bodies, which carry API keys and idempotency keys.
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			slog.String("request_id", requestIDFrom(r.Context())),
+			slog.String("method", r.Method),
+			slog.String("route", route),
+			slog.Int("status", ww.Status()),
+			slog.Int("bytes", ww.BytesWritten()),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		)
+	})
+}
+
+// recoverer answers a panic with a generic 500; any open transaction has
+// already been rolled back by then.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.ErrorContext(r.Context(), "panic", "request_id", requestIDFrom(r.Context()), "panic", v)
+				s.writeProblem(w, newProblem(probInternal, "internal error; request id "+requestIDFrom(r.Context())))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate resolves the bearer API key to its merchant.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		const prefix = "Bearer "
+		auth := r.Header.Get("Authorization")
+		if len(auth) <= len(prefix) || !equalFold(auth[:len(prefix)], prefix) {
+			s.writeProblem(w, newProblem(probUnauthorized, "missing Authorization: Bearer <api key> header"))
+			return
+		}
+		merchantID, err := s.backend.Authenticate(r.Context(), auth[len(prefix):])
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), merchantKey, merchantID)))
+	})
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i]|0x20, b[i]|0x20
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// fail answers err: a known domain error with its problem, anything else with a
+// generic 500 whose cause goes only to the log.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	p, ok := problemFor(err)
+	if !ok || p.status >= 500 {
+		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestIDFrom(r.Context()), "error", err)
+	}
+	if !ok {
+		s.writeProblem(w, newProblem(probInternal, "internal error; request id "+requestIDFrom(r.Context())))
+		return
+	}
+	pr := problemFromError(p, err)
+	if p.status >= 500 {
+		pr.Detail = p.about // the cause is for the log only
+	}
+	if p == probKeyInUse || p == probUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	}
+	s.writeProblem(w, pr)
+}
+
+func (s *Server) writeProblem(w http.ResponseWriter, p problem) {
+	writeResponse(w, p.response(), false)
+}
+
+// writeResponse writes a response exactly as stored, so a replay is byte for
+// byte the original.
+func writeResponse(w http.ResponseWriter, resp response, replayed bool) {
+	h := w.Header()
+	if resp.Status >= 400 {
+		h.Set("Content-Type", "application/problem+json")
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	if resp.Location != "" {
+		h.Set("Location", resp.Location)
+	}
+	if replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+// retryAfterSeconds is the Retry-After hint on 409 in-use and 503 answers.
+const retryAfterSeconds = 1

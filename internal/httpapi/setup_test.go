@@ -1,0 +1,257 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"payments/internal/httpapi"
+	"payments/internal/payment"
+	"payments/internal/pgtest"
+	"payments/internal/postgres"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is a running API on a real database, with one merchant signed in.
+type fixture struct {
+	t          *testing.T
+	url        string
+	db         *pgxpool.Pool // for asserting the money directly in the tables
+	store      *postgres.Store
+	merchantID uuid.UUID
+	apiKey     string
+	logs       *syncBuffer
+}
+
+type setupOptions struct {
+	databaseURL string
+	keyWait     time.Duration
+}
+
+// setup starts the API on the package database (or opts.databaseURL) and
+// registers a fresh merchant, so tests sharing a database never see each
+// other's money.
+func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
+	t.Helper()
+	o := setupOptions{databaseURL: pgtest.DatabaseURL(t), keyWait: 5 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx := context.Background()
+	store, err := postgres.Open(ctx, o.databaseURL, postgres.Options{MaxConns: 30, KeyWait: o.keyWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	db, err := pgxpool.New(ctx, o.databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	srv := httptest.NewServer(httpapi.New(store, log, httpapi.Options{Spec: []byte("openapi: 3.1.0\n")}))
+	t.Cleanup(srv.Close)
+
+	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs}
+	f.merchantID, f.apiKey, err = store.CreateMerchant(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// otherMerchant returns a fixture for a second merchant on the same server.
+func (f *fixture) otherMerchant() *fixture {
+	f.t.Helper()
+	g := *f
+	var err error
+	g.merchantID, g.apiKey, err = f.store.CreateMerchant(context.Background(), f.t.Name()+"-other")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return &g
+}
+
+// reply is a response with its body read.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatalf("response body is not a JSON object: %v\n%s", err, r.body)
+	}
+	return v
+}
+
+// code returns a problem's code member.
+func (r reply) code(t *testing.T) string {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json; body %s", ct, r.body)
+	}
+	c, _ := r.json(t)["code"].(string)
+	return c
+}
+
+func (f *fixture) do(req *http.Request) reply {
+	f.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if resp.Header.Get(httpapi.RequestIDHeader) == "" {
+		f.t.Errorf("%s %s: no %s header", req.Method, req.URL.Path, httpapi.RequestIDHeader)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: body}
+}
+
+// request builds a request signed in as the fixture's merchant; a key of ""
+// sends no Idempotency-Key header.
+func (f *fixture) request(method, path, key, body string) *http.Request {
+	f.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, f.url+path, rd)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+f.apiKey)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	return req
+}
+
+func (f *fixture) post(path, key, body string) reply {
+	f.t.Helper()
+	return f.do(f.request(http.MethodPost, path, key, body))
+}
+
+func (f *fixture) get(path string) reply {
+	f.t.Helper()
+	return f.do(f.request(http.MethodGet, path, "", ""))
+}
+
+// account opens an account in currency funded with deposit (none if 0).
+func (f *fixture) account(currency string, deposit int64) string {
+	f.t.Helper()
+	r := f.post("/v1/accounts", uuid.NewString(), `{"currency":"`+currency+`"}`)
+	if r.status != http.StatusCreated {
+		f.t.Fatalf("create account: %d %s", r.status, r.body)
+	}
+	id := r.json(f.t)["id"].(string)
+	if deposit > 0 {
+		r = f.post("/v1/accounts/"+id+"/deposits", uuid.NewString(), `{"amount":`+itoa(deposit)+`}`)
+		if r.status != http.StatusCreated {
+			f.t.Fatalf("deposit: %d %s", r.status, r.body)
+		}
+	}
+	return id
+}
+
+// balance reads the account's balance straight from the table.
+func (f *fixture) balance(accountID string) int64 {
+	f.t.Helper()
+	id, ok := payment.ParseID(payment.PrefixAccount, accountID)
+	if !ok {
+		f.t.Fatalf("bad account id %q", accountID)
+	}
+	var b int64
+	if err := f.db.QueryRow(context.Background(),
+		`SELECT balance FROM accounts WHERE merchant_id = $1 AND id = $2`, f.merchantID, id).Scan(&b); err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+// count runs a COUNT(*) query whose first parameter is the merchant id.
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.db.QueryRow(context.Background(), sql, append([]any{f.merchantID}, args...)...).Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+func (f *fixture) charges() int {
+	return f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1`)
+}
+
+func (f *fixture) keys() int {
+	return f.count(`SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1`)
+}
+
+// checkLedger asserts balance = deposits − succeeded charges for the account.
+func (f *fixture) checkLedger(accountID string) {
+	f.t.Helper()
+	id, _ := payment.ParseID(payment.PrefixAccount, accountID)
+	var want int64
+	err := f.db.QueryRow(context.Background(), `
+SELECT coalesce((SELECT sum(amount) FROM deposits WHERE merchant_id = $1 AND account_id = $2), 0)
+     - coalesce((SELECT sum(amount - amount_refunded) FROM charges
+                 WHERE merchant_id = $1 AND account_id = $2 AND status = 'succeeded'), 0)`,
+		f.merchantID, id).Scan(&want)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if got := f.balance(accountID); got != want {
+		f.t.Errorf("balance of %s = %d, but deposits - charges + refunds = %d", accountID, got, want)
+	}
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func chargeBody(accountID string, amount int64) string {
+	return `{"account_id":"` + accountID + `","amount":` + itoa(amount) + `,"currency":"USD"}`
+}
+
+// syncBuffer collects log output from concurrent handlers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

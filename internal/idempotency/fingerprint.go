@@ -1,0 +1,70 @@
+package idempotency
+
+import (
+	"crypto/sha256"
+	"errors"
+
+	"github.com/google/uuid"
+)
+
+// Fingerprint identifies a request for the purpose of its idempotency key: the
+// SHA-256 of method, path and canonical JSON body.
+type Fingerprint [sha256.Size]byte
+
+// NewFingerprint fingerprints a request whose body is already canonical (see
+// Canonicalize).
+func NewFingerprint(method, path string, canonicalBody []byte) Fingerprint {
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	h.Write([]byte(path))
+	h.Write([]byte{0})
+	h.Write(canonicalBody)
+	var f Fingerprint
+	h.Sum(f[:0])
+	return f
+}
+
+// Request is what a retried request is recognised by: the merchant's key and the
+// fingerprint of what it asks for.
+type Request struct {
+	MerchantID  uuid.UUID
+	Key         string
+	Fingerprint Fingerprint
+}
+
+// Response is the outcome stored under a key and replayed for its retries,
+// byte for byte.
+type Response struct {
+	Status   int
+	Location string // empty when the response has none
+	Body     []byte
+}
+
+// Result is the answer to a request: the response, and whether it is a replay
+// of an earlier execution rather than this request's own.
+type Result struct {
+	Response
+	Replayed bool
+}
+
+// Errors of a request whose key is already known.
+var (
+	// ErrKeyReused: the key was used for a different request (method, path or
+	// body differ). Nothing executes.
+	ErrKeyReused = errors.New("this Idempotency-Key was already used for a different request")
+
+	// ErrKeyInUse: a request with this key is still being processed and did not
+	// finish within the wait bound. Nothing executes; retry later.
+	ErrKeyInUse = errors.New("a request with this Idempotency-Key is still being processed")
+)
+
+// Replay decides the answer to req from the record stored under its key: the
+// stored response, marked as a replay, or ErrKeyReused when req is a different
+// request.
+func Replay(req Request, stored Fingerprint, resp Response) (Result, error) {
+	if stored != req.Fingerprint {
+		return Result{}, ErrKeyReused
+	}
+	return Result{Response: resp, Replayed: true}, nil
+}

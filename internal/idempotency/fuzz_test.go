@@ -1,0 +1,48 @@
+package idempotency
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+// FuzzCanonicalize: never panics; the canonical form is valid JSON, is its own
+// canonical form, and means what the input meant.
+func FuzzCanonicalize(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1.50,-0,1e400,"x\u00e9"]}`, `[]`, `"s"`, `{"a":{"a":{}}}`, `1E-7`, `{"a":1,"a":2}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := Canonicalize(in)
+		if err != nil {
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("canonical form of %q is not JSON: %q", in, out)
+		}
+		again, err := Canonicalize(out)
+		if err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("not stable: %q -> %q -> %q (%v)", in, out, again, err)
+		}
+	})
+}
+
+// FuzzParseKey: never panics, and accepts exactly the keys of 1 to 255 visible
+// ASCII characters.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"", "a", "a b", "ключ", "550e8400-e29b-41d4-a716-446655440000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		h := http.Header{Header: {key}}
+		got, err := ParseKey(h)
+		want := len(key) >= 1 && len(key) <= MaxKeyLength
+		for i := 0; i < len(key); i++ {
+			want = want && key[i] >= 0x21 && key[i] <= 0x7e
+		}
+		if (err == nil) != want || (err == nil && got != key) {
+			t.Fatalf("ParseKey(%q) = %q, %v; want accepted=%v", key, got, err, want)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+package idempotency
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+func TestCanonicalize(t *testing.T) {
+	cases := []struct {
+		name, in, want string
+	}{
+		{"sorted members, no whitespace", `{ "b": 1, "a": [true, null, "x"] }`, `{"a":[true,null,"x"],"b":1}`},
+		{"nested objects sorted", `{"z":{"y":1,"x":2}}`, `{"z":{"x":2,"y":1}}`},
+		{"integer", `100`, `100`},
+		{"integer with fraction zero", `100.0`, `100`},
+		{"exponent form of an integer", `1e2`, `100`},
+		{"fraction", `1.50`, `15e-1`},
+		{"fraction in exponent form", `0.15E1`, `15e-1`},
+		{"negative zero", `-0.0`, `0`},
+		{"negative", `-12.5e1`, `-125`},
+		{"huge exponent stays exact", `1e400`, `1e400`},
+		{"long integer stays exact", `12345678901234567890123`, `12345678901234567890123e0`},
+		{"escapes normalised", `"\u0041\/"`, `"A/"`},
+		{"unicode kept", `"zürich"`, `"zürich"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Canonicalize([]byte(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("Canonicalize(%s) = %s, want %s", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCanonicalizeRejects(t *testing.T) {
+	cases := map[string]string{
+		"empty":            ``,
+		"truncated":        `{"a":`,
+		"trailing value":   `{} {}`,
+		"duplicate member": `{"a":1,"a":1}`,
+		"invalid UTF-8":    "\"\xff\"",
+		"too deep":         strings.Repeat("[", 100) + strings.Repeat("]", 100),
+		"bare word":        `nope`,
+	}
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got, err := Canonicalize([]byte(in)); err == nil {
+				t.Errorf("Canonicalize(%q) = %s, want an error", in, got)
+			}
+		})
+	}
+}
+
+func TestFingerprintIgnoresFormattingOnly(t *testing.T) {
+	fp := func(method, path, body string) Fingerprint {
+		c, err := Canonicalize([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return NewFingerprint(method, path, c)
+	}
+	base := fp("POST", "/v1/charges", `{"amount":100,"currency":"USD"}`)
+	if fp("POST", "/v1/charges", "{\n \"currency\" : \"USD\", \"amount\" : 1e2 }") != base {
+		t.Error("reordered, reformatted body changed the fingerprint")
+	}
+	for name, other := range map[string]Fingerprint{
+		"amount": fp("POST", "/v1/charges", `{"amount":101,"currency":"USD"}`),
+		"path":   fp("POST", "/v1/accounts", `{"amount":100,"currency":"USD"}`),
+		"method": fp("PUT", "/v1/charges", `{"amount":100,"currency":"USD"}`),
+	} {
+		if other == base {
+			t.Errorf("a different %s gave the same fingerprint", name)
+		}
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	cases := []struct {
+		name   string
+		values []string
+		want   error
+	}{
+		{"uuid", []string{uuid.NewString()}, nil},
+		{"all visible ASCII", []string{"!~azAZ09-_.:/"}, nil},
+		{"255 bytes", []string{strings.Repeat("k", 255)}, nil},
+		{"absent", nil, ErrKeyMissing},
+		{"empty", []string{""}, ErrKeyInvalid},
+		{"256 bytes", []string{strings.Repeat("k", 256)}, ErrKeyInvalid},
+		{"space", []string{"a b"}, ErrKeyInvalid},
+		{"tab", []string{"a\tb"}, ErrKeyInvalid},
+		{"non-ASCII", []string{"ключ"}, ErrKeyInvalid},
+		{"sent twice", []string{"a", "b"}, ErrKeyInvalid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for _, v := range tc.values {
+				h.Add(Header, v)
+			}
+			got, err := ParseKey(h)
+			if err != tc.want {
+				t.Fatalf("ParseKey = %q, %v; want error %v", got, err, tc.want)
+			}
+			if err == nil && got != tc.values[0] {
+				t.Errorf("ParseKey = %q, want %q", got, tc.values[0])
+			}
+		})
+	}
+}
+
+func TestKeyHashHidesKeyAndSeparatesMerchants(t *testing.T) {
+	a, b := uuid.New(), uuid.New()
+	key := "order-1234567890"
+	if h := KeyHash(a, key); strings.Contains(h, key) || len(h) != 16 {
+		t.Errorf("KeyHash = %q", h)
+	}
+	if KeyHash(a, key) == KeyHash(b, key) {
+		t.Error("two merchants' equal keys hash alike")
+	}
+}
+
+func TestReplay(t *testing.T) {
+	req := Request{Key: "k", Fingerprint: Fingerprint{1}}
+	resp := Response{Status: 201, Location: "/v1/charges/ch_1", Body: []byte("{}")}
+	res, err := Replay(req, Fingerprint{1}, resp)
+	if err != nil || !res.Replayed || res.Status != 201 || string(res.Body) != "{}" {
+		t.Errorf("Replay = %+v, %v", res, err)
+	}
+	if _, err := Replay(req, Fingerprint{2}, resp); err != ErrKeyReused {
+		t.Errorf("Replay with another fingerprint: %v, want ErrKeyReused", err)
+	}
+}

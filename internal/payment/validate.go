@@ -1,0 +1,82 @@
+package payment
+
+import (
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// NewAccount is the request to open an account.
+type NewAccount struct {
+	Currency    string
+	Description *string
+	Metadata    map[string]string
+}
+
+// Validate returns a *ValidationError naming the first field that breaks the rules.
+func (n NewAccount) Validate() error {
+	if err := ValidateCurrency("currency", n.Currency); err != nil {
+		return err
+	}
+	return validateFreeForm(n.Description, n.Metadata)
+}
+
+// NewCharge is the request to charge an account.
+type NewCharge struct {
+	AccountID   uuid.UUID
+	Amount      int64
+	Currency    string
+	Description *string
+	Metadata    map[string]string
+}
+
+// Validate returns a *ValidationError naming the first field that breaks the rules.
+func (n NewCharge) Validate() error {
+	if n.AccountID == uuid.Nil {
+		return invalid("account_id", "is required")
+	}
+	if err := ValidateAmount("amount", n.Amount); err != nil {
+		return err
+	}
+	if err := ValidateCurrency("currency", n.Currency); err != nil {
+		return err
+	}
+	return validateFreeForm(n.Description, n.Metadata)
+}
+
+// ValidateAmount checks that amount, in minor units, is within MinAmount..MaxAmount.
+func ValidateAmount(field string, amount int64) error {
+	if amount < MinAmount || amount > MaxAmount {
+		return invalid(field, "must be an integer from %d to %d (minor units), got %d", MinAmount, MaxAmount, amount)
+	}
+	return nil
+}
+
+// ValidateCurrency checks that code is an active uppercase ISO 4217 currency code.
+func ValidateCurrency(field, code string) error {
+	switch {
+	case code == "":
+		return invalid(field, "is required")
+	case !isCurrency(code):
+		return invalid(field, "must be an uppercase ISO 4217 currency code such as USD, got %q", code)
+	}
+	return nil
+}
+
+func validateFreeForm(description *string, metadata map[string]string) error {
+	if description != nil && utf8.RuneCountInString(*description) > MaxDescriptionLength {
+		return invalid("description", "must be at most %d characters", MaxDescriptionLength)
+	}
+	if len(metadata) > MaxMetadataKeys {
+		return invalid("metadata", "must have at most %d keys", MaxMetadataKeys)
+	}
+	for k, v := range metadata {
+		if n := utf8.RuneCountInString(k); n == 0 || n > MaxMetadataKeyLength {
+			return invalid("metadata", "keys must be 1 to %d characters", MaxMetadataKeyLength)
+		}
+		if utf8.RuneCountInString(v) > MaxMetadataValueLen {
+			return invalid("metadata."+k, "must be at most %d characters", MaxMetadataValueLen)
+		}
+	}
+	return nil
+}

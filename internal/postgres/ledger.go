@@ -1,0 +1,134 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"payments/internal/payment"
+)
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ledger implements payment.Ledger inside one transaction.
+type ledger struct{ q querier }
+
+const createAccountSQL = `
+INSERT INTO accounts (merchant_id, id, currency, description, metadata)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING created_at`
+
+func (l ledger) CreateAccount(ctx context.Context, merchantID uuid.UUID, in payment.NewAccount) (payment.Account, error) {
+	a := payment.Account{
+		ID:          payment.NewID(),
+		MerchantID:  merchantID,
+		Currency:    in.Currency,
+		Description: in.Description,
+		Metadata:    nonNil(in.Metadata),
+	}
+	err := l.q.QueryRow(ctx, createAccountSQL, merchantID, a.ID, a.Currency, a.Description, a.Metadata).Scan(&a.CreatedAt)
+	if err != nil {
+		return payment.Account{}, fmt.Errorf("insert account: %w", err)
+	}
+	return a, nil
+}
+
+// depositSQL credits the account and records the deposit in one statement; no
+// row comes back when the merchant has no such account.
+const depositSQL = `
+WITH credited AS (
+    UPDATE accounts SET balance = balance + $3
+    WHERE merchant_id = $1 AND id = $2
+    RETURNING currency
+)
+INSERT INTO deposits (merchant_id, id, account_id, amount, currency)
+SELECT $1, $4, $2, $3, currency FROM credited
+RETURNING currency, created_at`
+
+func (l ledger) Deposit(ctx context.Context, merchantID, accountID uuid.UUID, amount int64) (payment.Deposit, error) {
+	d := payment.Deposit{ID: payment.NewID(), AccountID: accountID, Amount: amount}
+	err := l.q.QueryRow(ctx, depositSQL, merchantID, accountID, amount, d.ID).Scan(&d.Currency, &d.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return payment.Deposit{}, payment.ErrNotFound
+	}
+	if err != nil {
+		return payment.Deposit{}, fmt.Errorf("insert deposit: %w", err)
+	}
+	return d, nil
+}
+
+const (
+	// debitSQL takes the amount only if the balance covers it. Under READ
+	// COMMITTED a concurrent debit makes this wait for the row and re-check the
+	// WHERE clause against the newest balance, so the balance cannot go negative.
+	debitSQL = `
+WITH debited AS (
+    UPDATE accounts SET balance = balance - $3
+    WHERE merchant_id = $1 AND id = $2 AND currency = $4 AND balance >= $3
+    RETURNING id
+)
+INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, description, metadata)
+SELECT $1, $5, id, $3, $4, 'succeeded', $6, $7 FROM debited
+RETURNING created_at`
+
+	accountCurrencySQL = `SELECT currency FROM accounts WHERE merchant_id = $1 AND id = $2`
+
+	failedChargeSQL = `
+INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, failure_code, description, metadata)
+VALUES ($1, $5, $2, $3, $4, 'failed', $6, $7, $8)
+RETURNING created_at`
+)
+
+func (l ledger) Charge(ctx context.Context, merchantID uuid.UUID, in payment.NewCharge) (payment.Charge, error) {
+	c := payment.Charge{
+		ID:          payment.NewID(),
+		AccountID:   in.AccountID,
+		Amount:      in.Amount,
+		Currency:    in.Currency,
+		Status:      payment.ChargeSucceeded,
+		Description: in.Description,
+		Metadata:    nonNil(in.Metadata),
+	}
+	err := l.q.QueryRow(ctx, debitSQL, merchantID, c.AccountID, c.Amount, c.Currency, c.ID, c.Description, c.Metadata).Scan(&c.CreatedAt)
+	if err == nil {
+		return c, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return payment.Charge{}, fmt.Errorf("debit account: %w", err)
+	}
+
+	// The debit did not happen. An account's existence and currency never
+	// change, so they tell why; otherwise the balance did not cover the amount.
+	var currency string
+	err = l.q.QueryRow(ctx, accountCurrencySQL, merchantID, c.AccountID).Scan(&currency)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return payment.Charge{}, payment.ErrAccountNotFound
+	case err != nil:
+		return payment.Charge{}, fmt.Errorf("look up account: %w", err)
+	case currency != c.Currency:
+		return payment.Charge{}, payment.ErrCurrencyMismatch
+	}
+	c.Status, c.FailureCode = payment.ChargeFailed, payment.FailureInsufficientFunds
+	err = l.q.QueryRow(ctx, failedChargeSQL, merchantID, c.AccountID, c.Amount, c.Currency, c.ID, c.FailureCode, c.Description, c.Metadata).Scan(&c.CreatedAt)
+	if err != nil {
+		return payment.Charge{}, fmt.Errorf("insert failed charge: %w", err)
+	}
+	return c, nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

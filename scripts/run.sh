@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# run.sh: start payments on this machine for development (`make run` calls it).
+#
+#  1. PostgreSQL: with DATABASE_URL set, that server; else, when a Docker engine
+#     answers, the postgres service of docker-compose.yml; else a PostgreSQL on
+#     localhost:5432 (user postgres, no password); migrate creates database payments.
+#  2. Builds bin/payments, migrates, creates a development merchant.
+#  3. Prints a curl session with the merchant's API key, and serves on HTTP_ADDR.
+#
+# Environment: DATABASE_URL, HTTP_ADDR (default :8080), POSTGRES_PORT (host port of
+# the Compose postgres, default 5432).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf 'run: %s\n' "$*" >&2; }
+die() {
+	printf 'run: %s\n' "$@" >&2
+	exit 1
+}
+# port_open HOST PORT: whether something accepts TCP connections there.
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+command -v go >/dev/null 2>&1 ||
+	die "Go is not installed (or not on PATH): install Go 1.26 or newer from https://go.dev/dl/ and run make run again."
+
+export HTTP_ADDR=${HTTP_ADDR:-:8080}
+
+# --- 1. PostgreSQL ---------------------------------------------------------------
+if [ -n "${DATABASE_URL:-}" ]; then
+	say "using the PostgreSQL in DATABASE_URL"
+elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+	docker compose version >/dev/null 2>&1 ||
+		die "Docker answers, but the Compose plugin is missing ('docker compose version' fails)." \
+			"Install Docker Compose v2 (https://docs.docker.com/compose/install/), or set DATABASE_URL to a PostgreSQL of your own."
+	pg_port=${POSTGRES_PORT:-5432}
+	say "Docker engine found: starting PostgreSQL with docker compose (localhost:$pg_port)"
+	POSTGRES_PORT=$pg_port docker compose up -d --wait postgres ||
+		die "docker compose could not start postgres (see above)." \
+			"If port $pg_port is taken (a local PostgreSQL, say), pick another: POSTGRES_PORT=5433 make run"
+	export DATABASE_URL="postgres://postgres:postgres@localhost:$pg_port/payments?sslmode=disable"
+else
+	say "no Docker engine answers ('docker info' fails): using a PostgreSQL on localhost:5432"
+	port_open 127.0.0.1 5432 ||
+		die "nothing answers on localhost:5432. Either" \
+			"  - start Docker (then make run uses docker compose), or" \
+			"  - install and start PostgreSQL (Debian/Ubuntu: sudo apt-get install postgresql), or" \
+			"  - set DATABASE_URL to a PostgreSQL of your own: DATABASE_URL=postgres://user:pass@host:5432/payments make run"
+	# "payments migrate up" creates database payments when it is missing.
+	export DATABASE_URL="postgres://postgres@localhost:5432/payments?sslmode=disable"
+fi
+
+# --- 2. Build, migrate, development merchant ---------------------------------------
+say "building bin/payments"
+go build -o bin/payments ./cmd/payments
+
+say "migrating"
+bin/payments migrate up ||
+	die "'payments migrate up' failed (see above)." \
+		"It connects as user postgres without a password to localhost:5432 and creates database payments if missing;" \
+		"let that user in (trust for localhost in pg_hba.conf) or set DATABASE_URL to a database of your own."
+
+creds=$(bin/payments merchants create --name dev) ||
+	die "'payments merchants create --name dev' failed (see above)."
+api_key=$(printf '%s\n' "$creds" | sed -n 's/.*"api_key"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p')
+[ -n "$api_key" ] ||
+	die "could not read api_key from the output of 'payments merchants create':" "$creds"
+
+# --- 3. The curl session, then serve -------------------------------------------------
+host=${HTTP_ADDR%:*}
+port=${HTTP_ADDR##*:}
+case $host in "" | 0.0.0.0 | "[::]" | "::") host=localhost ;; esac
+base="http://$host:$port"
+run_id=$(date +%s)
+
+session=$(
+	cat <<SESSION
+# payments development session: paste into another shell once the service listens.
+API_KEY='$api_key'
+BASE='$base'
+pay() { curl -sS -H "Authorization: Bearer \$API_KEY" -H 'Content-Type: application/json' "\$@"; echo; }
+
+# Open an account; every POST carries an Idempotency-Key.
+ACCOUNT=\$(pay -X POST "\$BASE/v1/accounts" -H 'Idempotency-Key: dev-account-$run_id' \\
+  -d '{"currency": "EUR", "description": "development account"}' |
+  sed -n 's/.*"id"[[:space:]]*:[[:space:]]*"\(acct_[^"]*\)".*/\1/p'); echo "account: \$ACCOUNT"
+
+# Fund it with 100.00 EUR (amounts are in minor units).
+pay -X POST "\$BASE/v1/accounts/\$ACCOUNT/deposits" -H 'Idempotency-Key: dev-deposit-$run_id' \\
+  -d '{"amount": 10000}'
+
+# Charge 25.00 EUR, then send the very same request again: the second answer is the
+# stored first one (Idempotent-Replayed: true), and the money moves once.
+charge() { pay -i -X POST "\$BASE/v1/charges" -H 'Idempotency-Key: dev-charge-$run_id' \\
+  -d "{\"account_id\": \"\$ACCOUNT\", \"amount\": 2500, \"currency\": \"EUR\"}"; }
+charge
+charge
+
+# The balance is 7500: charged once.
+pay "\$BASE/v1/accounts/\$ACCOUNT"
+SESSION
+)
+mkdir -p bin
+printf '%s\n' "$session" >bin/dev-session.sh
+
+cat <<EOF
+
+==================================================================================
+$session
+==================================================================================
+(also saved as bin/dev-session.sh: bash bin/dev-session.sh)
+
+EOF
+say "starting: payments serve on $HTTP_ADDR (Ctrl-C stops it)"
+exec bin/payments serve
