@@ -408,3 +408,27 @@ func TestKeysAreScopedPerMerchant(t *testing.T) {
 	a.checkLedger(acctA)
 	b.checkLedger(acctB)
 }
+
+// TestExpiredKeyExecutesAsNew: past IDEMPOTENCY_TTL a key is forgotten, even
+// before the janitor deletes it.
+func TestExpiredKeyExecutesAsNew(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	key := uuid.NewString()
+	if r := f.post("/v1/charges", key, chargeBody(acct, 100)); r.status != http.StatusCreated {
+		t.Fatalf("charge: %d %s", r.status, r.body)
+	}
+	if _, err := f.db.Exec(context.Background(),
+		`UPDATE idempotency_keys SET created_at = now() - interval '24 hours 1 second' WHERE merchant_id = $1 AND key = $2`,
+		f.merchantID, key); err != nil {
+		t.Fatal(err)
+	}
+	r := f.post("/v1/charges", key, chargeBody(acct, 100))
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after expiry: %d %s, want a new 201", r.status, r.body)
+	}
+	if f.charges() != 2 || f.balance(acct) != 800 || f.keys() != 3 {
+		t.Errorf("%d charges (want 2), balance %d (want 800), %d keys (want 3)", f.charges(), f.balance(acct), f.keys())
+	}
+}
