@@ -34,15 +34,14 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return response{}, err
 		}
-		j := renderAccount(a)
-		return created("/v1/accounts/"+j.ID, j)
+		return created("/v1/accounts/"+payment.FormatID(payment.PrefixAccount, a.ID), a)
 	})
 }
 
 func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r, "id", payment.PrefixAccount)
 	a, err := s.backend.Account(r.Context(), merchantFrom(r.Context()), id)
-	s.answer(w, r, err, func() any { return renderAccount(a) })
+	s.answer(w, r, err, a)
 }
 
 type depositRequest struct {
@@ -67,8 +66,8 @@ func (s *Server) createDeposit(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return response{}, err
 		}
-		j := renderDeposit(d)
-		return created(fmt.Sprintf("/v1/accounts/%s/deposits/%s", j.AccountID, j.ID), j)
+		return created(fmt.Sprintf("/v1/accounts/%s/deposits/%s",
+			payment.FormatID(payment.PrefixAccount, d.AccountID), payment.FormatID(payment.PrefixDeposit, d.ID)), d)
 	})
 }
 
@@ -76,7 +75,7 @@ func (s *Server) getDeposit(w http.ResponseWriter, r *http.Request) {
 	accountID := pathID(r, "id", payment.PrefixAccount)
 	id := pathID(r, "depositID", payment.PrefixDeposit)
 	d, err := s.backend.Deposit(r.Context(), merchantFrom(r.Context()), accountID, id)
-	s.answer(w, r, err, func() any { return renderDeposit(d) })
+	s.answer(w, r, err, d)
 }
 
 type chargeRequest struct {
@@ -120,21 +119,21 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return response{}, err
 		}
-		j := renderCharge(c)
+		id := payment.FormatID(payment.PrefixCharge, c.ID)
 		if c.Status == payment.ChargeFailed {
-			p := newProblem(probInsufficientFunds, fmt.Sprintf(
-				"the balance of account %s does not cover %d %s", j.AccountID, c.Amount, c.Currency))
-			p.ChargeID = j.ID
+			p := newProblem(probInsufficientFunds, fmt.Sprintf("the balance of account %s does not cover %d %s",
+				payment.FormatID(payment.PrefixAccount, c.AccountID), c.Amount, c.Currency))
+			p.ChargeID = id
 			return p.response(), nil
 		}
-		return created("/v1/charges/"+j.ID, j)
+		return created("/v1/charges/"+id, c)
 	})
 }
 
 func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r, "id", payment.PrefixCharge)
 	c, err := s.backend.Charge(r.Context(), merchantFrom(r.Context()), id)
-	s.answer(w, r, err, func() any { return renderCharge(c) })
+	s.answer(w, r, err, c)
 }
 
 func requireAmount(amount *int64) error {
@@ -151,13 +150,13 @@ func pathID(r *http.Request, param, prefix string) uuid.UUID {
 	return id
 }
 
-// answer writes a read's result: 200 with render's JSON, or err's problem.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, err error, render func() any) {
+// answer writes a read's result: 200 with v as JSON, or err's problem.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, err error, v any) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	resp, err := jsonResponse(http.StatusOK, "", render())
+	resp, err := jsonResponse(http.StatusOK, "", v)
 	if err != nil {
 		s.fail(w, r, err)
 		return
