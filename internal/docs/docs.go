@@ -90,8 +90,8 @@ type asset struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed",
-			"the documentation supports only GET and HEAD, not "+r.Method)
+		writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
+			r.Method+" is not allowed on "+r.URL.Path)
 		return
 	}
 	rel := relativePath(r)
@@ -102,7 +102,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a, ok := h.assets[rel]
 	if !ok {
-		writeProblem(w, http.StatusNotFound, "not-found", "no such documentation file")
+		writeProblem(w, http.StatusNotFound, "not-found", "Not found", "no such documentation file")
 		return
 	}
 	w.Header().Set("Content-Type", a.contentType)
@@ -118,7 +118,7 @@ func (h *handler) serveIndex(w http.ResponseWriter, r *http.Request, rel string)
 	var buf bytes.Buffer
 	data := struct{ Base, SpecURL string }{mountPrefix(r, rel), h.specURL}
 	if err := indexTemplate.Execute(&buf, data); err != nil {
-		writeProblem(w, http.StatusInternalServerError, "internal-error", "the documentation page could not be rendered")
+		writeProblem(w, http.StatusInternalServerError, "internal-error", "Internal error", "the documentation page could not be rendered")
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -170,17 +170,18 @@ func contentType(name string) string {
 	}
 }
 
-// writeProblem answers with an RFC 9457 problem, like the rest of the API.
-func writeProblem(w http.ResponseWriter, status int, code, detail string) {
-	body, _ := json.Marshal(struct {
+// writeProblem answers with an RFC 9457 problem of the API's problem types
+// (see openapi.yaml), as the rest of the API does.
+func writeProblem(w http.ResponseWriter, status int, code, title, detail string) {
+	body, _ := json.Marshal(struct { // plain strings and an int: cannot fail
 		Type   string `json:"type"`
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail"`
 		Code   string `json:"code"`
-	}{"/problems/" + code, http.StatusText(status), status, detail, code})
+	}{"/problems/" + code, title, status, detail, code})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	_, _ = w.Write(append(body, '\n'))
 }
