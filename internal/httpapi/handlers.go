@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -41,7 +42,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r, "id", payment.PrefixAccount)
 	a, err := s.backend.Account(r.Context(), merchantFrom(r.Context()), id)
-	s.answer(w, r, err, a)
+	s.answer(w, r, naming(err, "account", chi.URLParam(r, "id")), a)
 }
 
 type depositRequest struct {
@@ -64,7 +65,7 @@ func (s *Server) createDeposit(w http.ResponseWriter, r *http.Request) {
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
 		d, err := l.Deposit(ctx, req.MerchantID, accountID, *in.Amount)
 		if err != nil {
-			return response{}, err
+			return response{}, naming(err, "account", chi.URLParam(r, "id"))
 		}
 		return created(fmt.Sprintf("/v1/accounts/%s/deposits/%s",
 			payment.FormatID(payment.PrefixAccount, d.AccountID), payment.FormatID(payment.PrefixDeposit, d.ID)), d)
@@ -75,7 +76,7 @@ func (s *Server) getDeposit(w http.ResponseWriter, r *http.Request) {
 	accountID := pathID(r, "id", payment.PrefixAccount)
 	id := pathID(r, "depositID", payment.PrefixDeposit)
 	d, err := s.backend.Deposit(r.Context(), merchantFrom(r.Context()), accountID, id)
-	s.answer(w, r, err, d)
+	s.answer(w, r, naming(err, "deposit", chi.URLParam(r, "depositID")), d)
 }
 
 type chargeRequest struct {
@@ -117,7 +118,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
 		c, err := l.Charge(ctx, req.MerchantID, nc)
 		if err != nil {
-			return response{}, err
+			return response{}, naming(err, "account", in.AccountID)
 		}
 		id := payment.FormatID(payment.PrefixCharge, c.ID)
 		if c.Status == payment.ChargeFailed {
@@ -133,7 +134,41 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r, "id", payment.PrefixCharge)
 	c, err := s.backend.Charge(r.Context(), merchantFrom(r.Context()), id)
-	s.answer(w, r, err, c)
+	s.answer(w, r, naming(err, "charge", chi.URLParam(r, "id")), c)
+}
+
+type refundRequest struct {
+	Amount *int64 `json:"amount"`
+}
+
+func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
+	var in refundRequest
+	req, ok := s.readPost(w, r, &in)
+	if !ok {
+		return
+	}
+	if in.Amount != nil {
+		if err := payment.ValidateAmount("amount", *in.Amount); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	chargeID := pathID(r, "id", payment.PrefixCharge)
+	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		rf, err := l.Refund(ctx, req.MerchantID, chargeID, in.Amount)
+		if err != nil {
+			return response{}, naming(err, "charge", chi.URLParam(r, "id"))
+		}
+		return created(fmt.Sprintf("/v1/charges/%s/refunds/%s",
+			payment.FormatID(payment.PrefixCharge, rf.ChargeID), payment.FormatID(payment.PrefixRefund, rf.ID)), rf)
+	})
+}
+
+func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
+	chargeID := pathID(r, "id", payment.PrefixCharge)
+	id := pathID(r, "refundID", payment.PrefixRefund)
+	rf, err := s.backend.Refund(r.Context(), merchantFrom(r.Context()), chargeID, id)
+	s.answer(w, r, naming(err, "refund", chi.URLParam(r, "refundID")), rf)
 }
 
 func requireAmount(amount *int64) error {
@@ -141,6 +176,15 @@ func requireAmount(amount *int64) error {
 		return &payment.ValidationError{Field: "amount", Message: "is required"}
 	}
 	return payment.ValidateAmount("amount", *amount)
+}
+
+// naming adds the object a not-found error is about, so the problem's detail
+// says which one; other errors pass unchanged.
+func naming(err error, kind, id string) error {
+	if errors.Is(err, payment.ErrNotFound) || errors.Is(err, payment.ErrAccountNotFound) {
+		return fmt.Errorf("%w: your merchant has no %s %q", err, kind, id)
+	}
+	return err
 }
 
 // pathID parses a prefixed id from the path. A malformed id yields uuid.Nil,

@@ -45,6 +45,10 @@ var (
 		"This Idempotency-Key was already used for a different request (method, path or body differ). Nothing was executed; use a new key for a new operation."}
 	probCurrencyMismatch = problemType{"currency-mismatch", http.StatusUnprocessableEntity, "Currency mismatch",
 		"The charge's currency differs from the account's currency."}
+	probRefundExceeds = problemType{"refund-exceeds-charge", http.StatusUnprocessableEntity, "Refund exceeds charge",
+		"The refunds of a charge cannot add up to more than was charged; nothing is left to refund, or the amount asked is more than what is left."}
+	probNotRefundable = problemType{"charge-not-refundable", http.StatusConflict, "Charge not refundable",
+		"Only a succeeded charge can be refunded; this one failed and moved no money."}
 	probInternal = problemType{"internal-error", http.StatusInternalServerError, "Internal error",
 		"Something failed inside the service. Nothing was changed; retrying with the same Idempotency-Key is safe."}
 	probUnavailable = problemType{"service-unavailable", http.StatusServiceUnavailable, "Service unavailable",
@@ -54,7 +58,8 @@ var (
 var problemCatalogue = []problemType{
 	probKeyMissing, probKeyInvalid, probInvalidRequest, probUnauthorized, probInsufficientFunds,
 	probNotFound, probAccountNotFound, probMethodNotAllowed, probKeyInUse, probTooLarge,
-	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probInternal, probUnavailable,
+	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
+	probInternal, probUnavailable,
 }
 
 // errorProblems maps domain errors to problem types: the one table that turns
@@ -71,6 +76,8 @@ var errorProblems = []struct {
 	{payment.ErrNotFound, probNotFound},
 	{payment.ErrAccountNotFound, probAccountNotFound},
 	{payment.ErrCurrencyMismatch, probCurrencyMismatch},
+	{payment.ErrRefundExceedsCharge, probRefundExceeds},
+	{payment.ErrChargeNotRefundable, probNotRefundable},
 	{payment.ErrUnavailable, probUnavailable},
 }
 

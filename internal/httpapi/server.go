@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -78,7 +79,11 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 		r.Post("/accounts/{id}/deposits", s.createDeposit)
 		r.Get("/accounts/{id}/deposits/{depositID}", s.getDeposit)
 		r.Post("/charges", s.createCharge)
+		r.Get("/charges", s.listCharges)
 		r.Get("/charges/{id}", s.getCharge)
+		r.Post("/charges/{id}/refunds", s.createRefund)
+		r.Get("/charges/{id}/refunds/{refundID}", s.getRefund)
+		r.Get("/events", s.listEvents)
 	})
 	s.router = r
 	return s
@@ -163,7 +168,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		const prefix = "Bearer "
 		auth := r.Header.Get("Authorization")
 		if len(auth) <= len(prefix) || !equalFold(auth[:len(prefix)], prefix) {
-			s.writeProblem(w, newProblem(probUnauthorized, "missing Authorization: Bearer <api key> header"))
+			s.fail(w, r, fmt.Errorf("%w: send the API key as Authorization: Bearer <api key>", payment.ErrUnauthenticated))
 			return
 		}
 		merchantID, err := s.backend.Authenticate(r.Context(), auth[len(prefix):])
@@ -202,6 +207,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	pr := problemFromError(p, err)
 	if p.status >= 500 {
 		pr.Detail = p.about // the cause is for the log only
+	}
+	if p == probUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
 	}
 	if p == probKeyInUse || p == probUnavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))

@@ -16,6 +16,13 @@ var (
 	// ErrCurrencyMismatch: a charge's currency differs from its account's.
 	ErrCurrencyMismatch = errors.New("currency does not match the account's")
 
+	// ErrRefundExceedsCharge: the refunds of a charge would add up to more than
+	// was charged (or nothing is left to refund).
+	ErrRefundExceedsCharge = errors.New("refund exceeds what is left of the charge")
+
+	// ErrChargeNotRefundable: the charge failed, so there is nothing to refund.
+	ErrChargeNotRefundable = errors.New("charge did not succeed and cannot be refunded")
+
 	// ErrUnauthenticated: the API key is missing or unknown.
 	ErrUnauthenticated = errors.New("unauthenticated")
 
@@ -38,6 +45,7 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Field, e.Message)
 }
 
-func invalid(field, format string, args ...any) error {
+// Invalid returns a *ValidationError for field, its message formatted.
+func Invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
 }

@@ -10,6 +10,7 @@ package payment
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -73,6 +74,59 @@ type Charge struct {
 	CreatedAt      time.Time
 }
 
+// Refund returns part or all of a succeeded charge to its account.
+type Refund struct {
+	ID        uuid.UUID
+	ChargeID  uuid.UUID
+	AccountID uuid.UUID
+	Amount    int64
+	Currency  string
+	CreatedAt time.Time
+}
+
+// Event types: one event per money movement, written in the same transaction.
+const (
+	EventAccountCreated  = "account.created"
+	EventDepositCreated  = "deposit.created"
+	EventChargeSucceeded = "charge.succeeded"
+	EventChargeFailed    = "charge.failed"
+	EventRefundCreated   = "refund.created"
+)
+
+// Event records a change: its type and the object it describes, as that object's
+// public JSON at the time of the change.
+type Event struct {
+	ID        uuid.UUID
+	Type      string
+	Data      json.RawMessage
+	CreatedAt time.Time
+}
+
+// Page is one page of a list, and whether more items follow it.
+type Page[T any] struct {
+	Items   []T
+	HasMore bool
+}
+
+// Limits of list pages.
+const (
+	DefaultPageSize = 10
+	MaxPageSize     = 100
+)
+
+// ChargeQuery selects a page of charges, newest first.
+type ChargeQuery struct {
+	AccountID     uuid.UUID // uuid.Nil for every account
+	Limit         int
+	StartingAfter uuid.UUID // the last charge of the previous page, or uuid.Nil
+}
+
+// EventQuery selects a page of events, oldest first.
+type EventQuery struct {
+	Limit         int
+	StartingAfter uuid.UUID // the last event of the previous page, or uuid.Nil
+}
+
 // Ledger moves money. Its methods run inside the transaction that claimed the
 // request's idempotency key, so their effects commit or roll back together with
 // the key and the stored response.
@@ -89,6 +143,12 @@ type Ledger interface {
 	// a nil error. It returns ErrAccountNotFound when the merchant has no such
 	// account and ErrCurrencyMismatch when the account holds another currency.
 	Charge(ctx context.Context, merchantID uuid.UUID, in NewCharge) (Charge, error)
+
+	// Refund returns amount of the charge to its account, or all that is not yet
+	// refunded when amount is nil. It returns ErrNotFound for an unknown charge,
+	// ErrChargeNotRefundable for a failed one, and ErrRefundExceedsCharge when
+	// the refunds would add up to more than was charged.
+	Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (Refund, error)
 }
 
 // Reader looks objects up, always within one merchant: another merchant's object
@@ -102,4 +162,17 @@ type Reader interface {
 
 	// Charge returns the charge, or ErrNotFound.
 	Charge(ctx context.Context, merchantID, id uuid.UUID) (Charge, error)
+
+	// Charges returns a page of charges, newest first. A StartingAfter that
+	// names no charge of the merchant is a *ValidationError.
+	Charges(ctx context.Context, merchantID uuid.UUID, q ChargeQuery) (Page[Charge], error)
+
+	// Refund returns a refund of the given charge, or ErrNotFound.
+	Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) (Refund, error)
+
+	// Events returns a page of the merchant's events, oldest first. An event
+	// appears once every transaction that started before its own has finished,
+	// so a reader paging with StartingAfter never skips one. A StartingAfter
+	// that names no event of the merchant is a *ValidationError.
+	Events(ctx context.Context, merchantID uuid.UUID, q EventQuery) (Page[Event], error)
 }

@@ -33,7 +33,7 @@ type NewCharge struct {
 // Validate returns a *ValidationError naming the first field that breaks the rules.
 func (n NewCharge) Validate() error {
 	if n.AccountID == uuid.Nil {
-		return invalid("account_id", "is required")
+		return Invalid("account_id", "is required")
 	}
 	if err := ValidateAmount("amount", n.Amount); err != nil {
 		return err
@@ -47,7 +47,7 @@ func (n NewCharge) Validate() error {
 // ValidateAmount checks that amount, in minor units, is within MinAmount..MaxAmount.
 func ValidateAmount(field string, amount int64) error {
 	if amount < MinAmount || amount > MaxAmount {
-		return invalid(field, "must be an integer from %d to %d (minor units), got %d", MinAmount, MaxAmount, amount)
+		return Invalid(field, "must be an integer from %d to %d (minor units), got %d", MinAmount, MaxAmount, amount)
 	}
 	return nil
 }
@@ -56,26 +56,26 @@ func ValidateAmount(field string, amount int64) error {
 func ValidateCurrency(field, code string) error {
 	switch {
 	case code == "":
-		return invalid(field, "is required")
+		return Invalid(field, "is required")
 	case !isCurrency(code):
-		return invalid(field, "must be an uppercase ISO 4217 currency code such as USD, got %q", code)
+		return Invalid(field, "must be an uppercase ISO 4217 currency code such as USD, got %q", code)
 	}
 	return nil
 }
 
 func validateFreeForm(description *string, metadata map[string]string) error {
 	if description != nil && utf8.RuneCountInString(*description) > MaxDescriptionLength {
-		return invalid("description", "must be at most %d characters", MaxDescriptionLength)
+		return Invalid("description", "must be at most %d characters", MaxDescriptionLength)
 	}
 	if len(metadata) > MaxMetadataKeys {
-		return invalid("metadata", "must have at most %d keys", MaxMetadataKeys)
+		return Invalid("metadata", "must have at most %d keys", MaxMetadataKeys)
 	}
 	for k, v := range metadata {
 		if n := utf8.RuneCountInString(k); n == 0 || n > MaxMetadataKeyLength {
-			return invalid("metadata", "keys must be 1 to %d characters", MaxMetadataKeyLength)
+			return Invalid("metadata", "keys must be 1 to %d characters", MaxMetadataKeyLength)
 		}
 		if utf8.RuneCountInString(v) > MaxMetadataValueLen {
-			return invalid("metadata."+k, "must be at most %d characters", MaxMetadataValueLen)
+			return Invalid("metadata."+k, "must be at most %d characters", MaxMetadataValueLen)
 		}
 	}
 	return nil

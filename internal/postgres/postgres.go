@@ -3,12 +3,14 @@
 // driver errors into domain errors at its boundary.
 //
 // Isolation: transactions run at READ COMMITTED. That suffices because no
-// decision is ever made from a value read earlier in the transaction: the key
-// claim is decided by the unique index (a concurrent insert of the same key waits
-// for the first transaction and then sees its row), and every balance change is a
+// decision is ever made from a value that another transaction may still change:
+// the key claim is decided by the unique index (a concurrent insert of the same
+// key waits for the first transaction and then sees its row); every debit is a
 // single conditional UPDATE (… WHERE balance >= $amount) that PostgreSQL
 // re-evaluates against the newest committed row version after waiting for its
-// lock. A CHECK (balance >= 0) backs that up. Stricter levels would add
+// lock; and a refund is decided from its charge read FOR UPDATE, which returns
+// the newest version and keeps it locked until commit. CHECK constraints
+// (balance >= 0, amount_refunded <= amount) back that up. Stricter levels would add
 // serialization failures without preventing any anomaly this schema can have;
 // deadlocks and serialization failures are still retried here, never surfaced.
 package postgres

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"payments/internal/payment"
 )
@@ -20,10 +22,7 @@ FROM accounts WHERE merchant_id = $1 AND id = $2`
 SELECT id, account_id, amount, currency, created_at
 FROM deposits WHERE merchant_id = $1 AND account_id = $2 AND id = $3`
 
-	chargeSQL = `
-SELECT id, account_id, amount, currency, status, coalesce(failure_code, ''), amount_refunded,
-       description, metadata, created_at
-FROM charges WHERE merchant_id = $1 AND id = $2`
+	chargeSQL = `SELECT ` + chargeColumns + ` FROM charges WHERE merchant_id = $1 AND id = $2`
 )
 
 // Account returns the merchant's account with its current balance, or
@@ -45,11 +44,16 @@ func (s *Store) Deposit(ctx context.Context, merchantID, accountID, id uuid.UUID
 
 // Charge returns the merchant's charge, or payment.ErrNotFound.
 func (s *Store) Charge(ctx context.Context, merchantID, id uuid.UUID) (payment.Charge, error) {
-	var c payment.Charge
-	err := s.pool.QueryRow(ctx, chargeSQL, merchantID, id).
-		Scan(&c.ID, &c.AccountID, &c.Amount, &c.Currency, &c.Status, &c.FailureCode, &c.AmountRefunded,
-			&c.Description, &c.Metadata, &c.CreatedAt)
+	c, err := scanCharge(s.pool.QueryRow(ctx, chargeSQL, merchantID, id))
 	return c, readErr("charge", err)
+}
+
+// scanCharge reads a row of chargeColumns.
+func scanCharge(row pgx.Row) (payment.Charge, error) {
+	var c payment.Charge
+	err := row.Scan(&c.ID, &c.AccountID, &c.Amount, &c.Currency, &c.Status, &c.FailureCode, &c.AmountRefunded,
+		&c.Description, &c.Metadata, &c.CreatedAt)
+	return c, err
 }
 
 func readErr(what string, err error) error {
@@ -61,4 +65,116 @@ func readErr(what string, err error) error {
 	default:
 		return interpret(fmt.Errorf("select %s: %w", what, err))
 	}
+}
+
+const (
+	chargeColumns = `id, account_id, amount, currency, status, coalesce(failure_code, ''), amount_refunded,
+       description, metadata, created_at`
+
+	chargeSeqSQL = `SELECT seq FROM charges WHERE merchant_id = $1 AND id = $2`
+
+	// Charges are paged by seq, newest first. A page starts below the previous
+	// page's last seq, so a charge created meanwhile never shifts the pages.
+	chargesSQL = `
+SELECT ` + chargeColumns + `
+FROM charges WHERE merchant_id = $1 AND seq < $2
+ORDER BY seq DESC LIMIT $3`
+
+	accountChargesSQL = `
+SELECT ` + chargeColumns + `
+FROM charges WHERE merchant_id = $1 AND seq < $2 AND account_id = $4
+ORDER BY seq DESC LIMIT $3`
+
+	refundByIDSQL = `
+SELECT id, charge_id, account_id, amount, currency, created_at
+FROM refunds WHERE merchant_id = $1 AND charge_id = $2 AND id = $3`
+
+	eventPositionSQL = `SELECT tx_id, seq FROM events WHERE merchant_id = $1 AND id = $2`
+
+	// Events are paged by (tx_id, seq), and only among events whose transaction
+	// is older than every transaction still running: that prefix never gains a
+	// row, so pages never skip one (see migration 0002).
+	eventsSQL = `
+SELECT id, type, payload, created_at
+FROM events
+WHERE merchant_id = $1
+  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+  AND (tx_id, seq) > ($2::xid8, $3::bigint)
+ORDER BY tx_id, seq
+LIMIT $4`
+)
+
+// Charges returns a page of the merchant's charges, newest first.
+func (s *Store) Charges(ctx context.Context, merchantID uuid.UUID, q payment.ChargeQuery) (payment.Page[payment.Charge], error) {
+	after := int64(math.MaxInt64)
+	if q.StartingAfter != uuid.Nil {
+		err := s.pool.QueryRow(ctx, chargeSeqSQL, merchantID, q.StartingAfter).Scan(&after)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return payment.Page[payment.Charge]{}, payment.Invalid("starting_after", "names no charge of yours")
+		}
+		if err != nil {
+			return payment.Page[payment.Charge]{}, interpret(fmt.Errorf("select cursor charge: %w", err))
+		}
+	}
+	sql, args := chargesSQL, []any{merchantID, after, q.Limit + 1}
+	if q.AccountID != uuid.Nil {
+		sql, args = accountChargesSQL, append(args, q.AccountID)
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return payment.Page[payment.Charge]{}, interpret(fmt.Errorf("select charges: %w", err))
+	}
+	charges, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.Charge, error) { return scanCharge(row) })
+	if err != nil {
+		return payment.Page[payment.Charge]{}, interpret(fmt.Errorf("select charges: %w", err))
+	}
+	return page(charges, q.Limit), nil
+}
+
+// Refund returns a refund of the merchant's charge, or payment.ErrNotFound.
+func (s *Store) Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) (payment.Refund, error) {
+	var r payment.Refund
+	err := s.pool.QueryRow(ctx, refundByIDSQL, merchantID, chargeID, id).
+		Scan(&r.ID, &r.ChargeID, &r.AccountID, &r.Amount, &r.Currency, &r.CreatedAt)
+	return r, readErr("refund", err)
+}
+
+// Events returns a page of the merchant's events, oldest first.
+func (s *Store) Events(ctx context.Context, merchantID uuid.UUID, q payment.EventQuery) (payment.Page[payment.Event], error) {
+	var (
+		afterTx  pgtype.Uint64 // xid8
+		afterSeq int64
+	)
+	afterTx.Valid = true
+	if q.StartingAfter != uuid.Nil {
+		err := s.pool.QueryRow(ctx, eventPositionSQL, merchantID, q.StartingAfter).Scan(&afterTx, &afterSeq)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return payment.Page[payment.Event]{}, payment.Invalid("starting_after", "names no event of yours")
+		}
+		if err != nil {
+			return payment.Page[payment.Event]{}, interpret(fmt.Errorf("select cursor event: %w", err))
+		}
+	}
+	rows, err := s.pool.Query(ctx, eventsSQL, merchantID, afterTx, afterSeq, q.Limit+1)
+	if err != nil {
+		return payment.Page[payment.Event]{}, interpret(fmt.Errorf("select events: %w", err))
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.Event, error) {
+		var e payment.Event
+		err := row.Scan(&e.ID, &e.Type, &e.Data, &e.CreatedAt)
+		return e, err
+	})
+	if err != nil {
+		return payment.Page[payment.Event]{}, interpret(fmt.Errorf("select events: %w", err))
+	}
+	return page(events, q.Limit), nil
+}
+
+// page cuts the limit+1 rows a list query fetched to limit, noting whether
+// there were more.
+func page[T any](items []T, limit int) payment.Page[T] {
+	if len(items) > limit {
+		return payment.Page[T]{Items: items[:limit], HasMore: true}
+	}
+	return payment.Page[T]{Items: items}
 }

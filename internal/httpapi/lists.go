@@ -1,0 +1,81 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"payments/internal/payment"
+)
+
+// listQuery is the parsed query of a list endpoint.
+type listQuery struct {
+	limit         int
+	startingAfter uuid.UUID
+	values        url.Values
+}
+
+// parseListQuery reads limit (1..100, default 10) and starting_after (an id
+// with prefix), and refuses parameters other than those and extra, so a typo
+// is an error rather than a silently ignored filter.
+func parseListQuery(r *http.Request, prefix string, extra ...string) (listQuery, error) {
+	q := listQuery{limit: payment.DefaultPageSize, values: r.URL.Query()}
+	for name, vals := range q.values {
+		if name != "limit" && name != "starting_after" && !slices.Contains(extra, name) {
+			return q, payment.Invalid(name, "is not a parameter of this list")
+		}
+		if len(vals) > 1 {
+			return q, payment.Invalid(name, "is given more than once")
+		}
+	}
+	if q.values.Has("limit") {
+		v := q.values.Get("limit")
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > payment.MaxPageSize {
+			return q, payment.Invalid("limit", "must be an integer from 1 to %d, got %q", payment.MaxPageSize, v)
+		}
+		q.limit = n
+	}
+	if q.values.Has("starting_after") {
+		v := q.values.Get("starting_after")
+		id, ok := payment.ParseID(prefix, v)
+		if !ok {
+			return q, payment.Invalid("starting_after", "must be an id starting with %s, got %q", prefix, v)
+		}
+		q.startingAfter = id
+	}
+	return q, nil
+}
+
+func (s *Server) listCharges(w http.ResponseWriter, r *http.Request) {
+	q, err := parseListQuery(r, payment.PrefixCharge, "account_id")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cq := payment.ChargeQuery{Limit: q.limit, StartingAfter: q.startingAfter}
+	if q.values.Has("account_id") {
+		v := q.values.Get("account_id")
+		id, ok := payment.ParseID(payment.PrefixAccount, v)
+		if !ok {
+			s.fail(w, r, payment.Invalid("account_id", "must be an account id starting with acct_, got %q", v))
+			return
+		}
+		cq.AccountID = id
+	}
+	page, err := s.backend.Charges(r.Context(), merchantFrom(r.Context()), cq)
+	s.answer(w, r, err, page)
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	q, err := parseListQuery(r, payment.PrefixEvent)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	page, err := s.backend.Events(r.Context(), merchantFrom(r.Context()), payment.EventQuery{Limit: q.limit, StartingAfter: q.startingAfter})
+	s.answer(w, r, err, page)
+}

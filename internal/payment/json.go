@@ -1,0 +1,111 @@
+package payment
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The JSON forms below are the public representation of each object: the API
+// answers with them and events carry them in their data member. The encoding is
+// deterministic (fixed member order, sorted metadata keys), so equal objects
+// give equal bytes.
+
+// timestamp renders times as RFC 3339 in UTC with microseconds, the precision
+// PostgreSQL keeps, so a stored response and a later read agree.
+type timestamp time.Time
+
+func (t timestamp) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Time(t).UTC().Format("2006-01-02T15:04:05.000000Z07:00") + `"`), nil
+}
+
+// MarshalJSON renders the account as the API shows it.
+func (a Account) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID          string            `json:"id"`
+		Object      string            `json:"object"`
+		Currency    string            `json:"currency"`
+		Balance     int64             `json:"balance"`
+		Description *string           `json:"description"`
+		Metadata    map[string]string `json:"metadata"`
+		CreatedAt   timestamp         `json:"created_at"`
+	}{FormatID(PrefixAccount, a.ID), "account", a.Currency, a.Balance, a.Description, nonNil(a.Metadata), timestamp(a.CreatedAt)})
+}
+
+// MarshalJSON renders the deposit as the API shows it.
+func (d Deposit) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID        string    `json:"id"`
+		Object    string    `json:"object"`
+		AccountID string    `json:"account_id"`
+		Amount    int64     `json:"amount"`
+		Currency  string    `json:"currency"`
+		CreatedAt timestamp `json:"created_at"`
+	}{FormatID(PrefixDeposit, d.ID), "deposit", FormatID(PrefixAccount, d.AccountID), d.Amount, d.Currency, timestamp(d.CreatedAt)})
+}
+
+// MarshalJSON renders the charge as the API shows it.
+func (c Charge) MarshalJSON() ([]byte, error) {
+	var failureCode *string
+	if c.FailureCode != "" {
+		failureCode = &c.FailureCode
+	}
+	return json.Marshal(struct {
+		ID             string            `json:"id"`
+		Object         string            `json:"object"`
+		AccountID      string            `json:"account_id"`
+		Amount         int64             `json:"amount"`
+		Currency       string            `json:"currency"`
+		Status         ChargeStatus      `json:"status"`
+		FailureCode    *string           `json:"failure_code"`
+		AmountRefunded int64             `json:"amount_refunded"`
+		Description    *string           `json:"description"`
+		Metadata       map[string]string `json:"metadata"`
+		CreatedAt      timestamp         `json:"created_at"`
+	}{FormatID(PrefixCharge, c.ID), "charge", FormatID(PrefixAccount, c.AccountID), c.Amount, c.Currency,
+		c.Status, failureCode, c.AmountRefunded, c.Description, nonNil(c.Metadata), timestamp(c.CreatedAt)})
+}
+
+// MarshalJSON renders the refund as the API shows it.
+func (r Refund) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID        string    `json:"id"`
+		Object    string    `json:"object"`
+		ChargeID  string    `json:"charge_id"`
+		AccountID string    `json:"account_id"`
+		Amount    int64     `json:"amount"`
+		Currency  string    `json:"currency"`
+		CreatedAt timestamp `json:"created_at"`
+	}{FormatID(PrefixRefund, r.ID), "refund", FormatID(PrefixCharge, r.ChargeID), FormatID(PrefixAccount, r.AccountID),
+		r.Amount, r.Currency, timestamp(r.CreatedAt)})
+}
+
+// MarshalJSON renders the event as the API and the broker show it.
+func (e Event) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID        string          `json:"id"`
+		Object    string          `json:"object"`
+		Type      string          `json:"type"`
+		CreatedAt timestamp       `json:"created_at"`
+		Data      json.RawMessage `json:"data"`
+	}{FormatID(PrefixEvent, e.ID), "event", e.Type, timestamp(e.CreatedAt), e.Data})
+}
+
+// MarshalJSON renders the page as the API's list object.
+func (p Page[T]) MarshalJSON() ([]byte, error) {
+	items := p.Items
+	if items == nil {
+		items = []T{}
+	}
+	return json.Marshal(struct {
+		Object  string `json:"object"`
+		Data    []T    `json:"data"`
+		HasMore bool   `json:"has_more"`
+	}{"list", items, p.HasMore})
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
