@@ -26,17 +26,9 @@ import (
 // serve runs the HTTP API until ctx is cancelled, then drains in-flight
 // requests for up to ShutdownTimeout.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := loadConfig("serve", args, getenv, stderr)
+	cfg, log, store, err := open(ctx, "serve", args, getenv, stderr)
 	if err != nil {
 		return err
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-
-	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{
-		MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL,
-	})
-	if err != nil {
-		return fmt.Errorf("invalid DATABASE_URL: %w", err)
 	}
 	defer store.Close()
 	if err := store.Ping(ctx); err != nil {
@@ -59,6 +51,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("listening", "addr", ln.Addr().String())
+
+	if cfg.RelayEnabled {
+		r, nc, err := newRelay(cfg, store, log)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+		relayDone := make(chan error, 1)
+		go func() { relayDone <- r.Run(relayCtx) }()
+		// Stop the relay after the HTTP server has drained: deferred calls
+		// run in reverse order, after the shutdown below.
+		defer func() {
+			stopRelay()
+			if err := <-relayDone; err != nil {
+				log.Error("relay stopped", "error", err)
+			}
+		}()
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

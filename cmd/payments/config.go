@@ -19,6 +19,11 @@ type config struct {
 	DBMaxConns      int32
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
+	NATSURL         string
+	RelayEnabled    bool
+	RelayBatch      int
+	RelayPoll       time.Duration
+	EventRetention  time.Duration
 }
 
 // setting is one configuration value: its variable, flag, default and parser.
@@ -39,17 +44,33 @@ func (c *config) settings() []setting {
 			durationInto(&c.IdempotencyWait)},
 		{"DB_MAX_CONNS", "db-max-conns", "20", "maximum PostgreSQL connections in the pool",
 			func(v string) error {
-				n, err := strconv.ParseInt(v, 10, 32)
-				if err != nil || n < 1 {
-					return fmt.Errorf("want a positive integer, got %q", v)
+				var n int
+				if err := positiveInt(&n)(v); err != nil {
+					return err
 				}
-				c.DBMaxConns = int32(n)
+				c.DBMaxConns = int32(min(n, 10_000))
 				return nil
 			}},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
 			durationInto(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",
 			func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+		{"NATS_URL", "nats-url", "nats://127.0.0.1:4222", "NATS server (with JetStream) the relay publishes events to",
+			func(v string) error { c.NATSURL = v; return nonEmpty(v) }},
+		{"RELAY_ENABLED", "relay", "true", "whether serve also runs the outbox relay (one replica leads at a time)",
+			func(v string) (err error) {
+				c.RelayEnabled, err = strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("want true or false, got %q", v)
+				}
+				return nil
+			}},
+		{"RELAY_BATCH", "relay-batch", "100", "most events the relay publishes per round",
+			positiveInt(&c.RelayBatch)},
+		{"RELAY_POLL", "relay-poll", "1s", "how often the relay looks for events without a notification",
+			durationInto(&c.RelayPoll)},
+		{"EVENT_RETENTION", "event-retention", "720h", "how long published events stay in the outbox (and the /v1/events feed)",
+			durationInto(&c.EventRetention)},
 	}
 }
 
@@ -93,6 +114,17 @@ func nonEmpty(v string) error {
 		return fmt.Errorf("must not be empty")
 	}
 	return nil
+}
+
+func positiveInt(n *int) func(string) error {
+	return func(v string) error {
+		parsed, err := strconv.Atoi(v)
+		if err != nil || parsed < 1 {
+			return fmt.Errorf("want a positive integer, got %q", v)
+		}
+		*n = parsed
+		return nil
+	}
 }
 
 func durationInto(d *time.Duration) func(string) error {

@@ -1,6 +1,8 @@
 // Command payments runs the payment-charging service and its operator tasks.
 //
-//	payments serve                      run the HTTP API
+//	payments serve                      run the HTTP API (and the outbox relay)
+//	payments relay                      run only the outbox relay to NATS JetStream
+//	payments consume                    run the worked-example event consumer
 //	payments migrate up|down|version    manage the database schema
 //	payments merchants create --name N  register a merchant, print its API key
 package main
@@ -24,7 +26,9 @@ func main() {
 }
 
 const usage = `usage:
-  payments serve [flags]                 run the HTTP API
+  payments serve [flags]                 run the HTTP API (and the outbox relay, RELAY_ENABLED)
+  payments relay [flags]                 run only the outbox relay to NATS JetStream
+  payments consume [flags]               run the worked-example consumer (balance projection)
   payments migrate up|down|version       manage the database schema
   payments merchants create --name NAME  register a merchant and print its API key
 
@@ -38,6 +42,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
 		return serve(ctx, rest, getenv, stderr)
+	case "relay":
+		return relayOnly(ctx, rest, getenv, stderr)
+	case "consume":
+		return consume(ctx, rest, getenv, stderr)
 	case "migrate":
 		return migrate(rest, getenv, stdout, stderr)
 	case "merchants":

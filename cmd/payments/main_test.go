@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
 
 	"payments/internal/pgtest"
 )
@@ -47,7 +49,8 @@ func envOf(vars map[string]string) func(string) string {
 // charge and replay over HTTP, then shut down on cancel.
 func TestServeEndToEnd(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
-	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0"})
+	natsURL := startNATS(t)
+	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "NATS_URL": natsURL, "RELAY_POLL": "100ms"})
 	ctx := context.Background()
 
 	var out bytes.Buffer
@@ -69,19 +72,23 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("merchants create printed %q (%v)", out.String(), err)
 	}
 
-	serveCtx, stop := context.WithCancel(ctx)
 	logs := &lockedBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(serveCtx, []string{"serve", "--shutdown-timeout", "5s"}, env, io.Discard, logs) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("serve returned %v", err)
-		}
-		if strings.Contains(logs.String(), merchant.APIKey) {
-			t.Error("the API key appears in the logs")
-		}
-	})
+	start := func(args ...string) {
+		cmdCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- run(cmdCtx, args, env, io.Discard, logs) }()
+		t.Cleanup(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("%s returned %v", args[0], err)
+			}
+			if strings.Contains(logs.String(), merchant.APIKey) {
+				t.Error("the API key appears in the logs")
+			}
+		})
+	}
+	start("serve", "--shutdown-timeout", "5s")
+	start("consume")
 
 	addr := waitForAddr(t, logs)
 	post := func(path, key, body string) (*http.Response, []byte) {
@@ -113,6 +120,26 @@ func TestServeEndToEnd(t *testing.T) {
 	if first.StatusCode != http.StatusCreated || !bytes.Equal(firstBody, againBody) || again.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("charge %d %s; replay %d %s", first.StatusCode, firstBody, again.StatusCode, againBody)
 	}
+	// The relay inside serve publishes the events, and the consumer projects
+	// the balance from them alone.
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var projected int64
+		err := pool.QueryRow(ctx, `SELECT balance FROM account_balances`).Scan(&projected)
+		if err == nil && projected == 750 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the consumer's projected balance is %d (%v), want 750; logs:\n%s", projected, err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
 	for _, path := range []string{"/readyz", "/openapi.yaml", "/docs/"} {
 		r, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -127,6 +154,21 @@ func TestServeEndToEnd(t *testing.T) {
 
 // migrated matches what migrate prints once every migration is applied.
 var migrated = regexp.MustCompile(`^schema version [1-9][0-9]* \(dirty: false\)\n$`)
+
+// startNATS runs an embedded NATS server with JetStream for the test.
+func startNATS(t *testing.T) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS did not start")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv.ClientURL()
+}
 
 var listening = regexp.MustCompile(`"msg":"listening","addr":"([^"]+)"`)
 

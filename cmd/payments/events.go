@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"payments/internal/consumer"
+	"payments/internal/postgres"
+	"payments/internal/relay"
+)
+
+// connectNATS connects to NATS, retrying in the background if it is down:
+// the relay waits outages out, and events wait in the outbox meanwhile.
+func connectNATS(url string, log *slog.Logger) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name("payments"),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "error", err) }),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("NATS reconnected") }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("invalid NATS_URL: %w", err)
+	}
+	return nc, nil
+}
+
+func newRelay(cfg config, store *postgres.Store, log *slog.Logger) (*relay.Relay, *nats.Conn, error) {
+	nc, err := connectNATS(cfg.NATSURL, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := relay.New(store, nc, log, relay.Options{Batch: cfg.RelayBatch, Poll: cfg.RelayPoll, Retention: cfg.EventRetention})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return r, nc, nil
+}
+
+// relayOnly runs the outbox relay alone until ctx ends.
+func relayOnly(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, log, store, err := open(ctx, "relay", args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	r, nc, err := newRelay(cfg, store, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	log.Info("relay starting", "nats", cfg.NATSURL)
+	return r.Run(ctx)
+}
+
+// consume runs the worked-example consumer until ctx ends.
+func consume(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, log, store, err := open(ctx, "consume", args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	nc, err := connectNATS(cfg.NATSURL, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := consumer.New(store, nc, log)
+	if err != nil {
+		return err
+	}
+	log.Info("consumer starting", "nats", cfg.NATSURL, "durable", consumer.Name)
+	return c.Run(ctx)
+}
+
+// open reads the configuration and opens the store, the start every
+// long-running command shares.
+func open(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer) (config, *slog.Logger, *postgres.Store, error) {
+	cfg, err := loadConfig(name, args, getenv, stderr)
+	if err != nil {
+		return config{}, nil, nil, err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{
+		MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL,
+	})
+	if err != nil {
+		return config{}, nil, nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	return cfg, log, store, nil
+}

@@ -1,0 +1,175 @@
+// Package consumer is the worked example of a downstream consumer of the event
+// stream: it keeps a projection of every account's balance, built from events
+// alone, and applies each event exactly once although the broker delivers at
+// least once. The inbox row (keyed by event id) and the effect commit in one
+// transaction; a redelivered event finds its inbox row and is only acknowledged.
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"payments/internal/payment"
+	"payments/internal/postgres"
+	"payments/internal/relay"
+)
+
+// Name is the durable consumer's name on the stream and in the inbox.
+const Name = "balances"
+
+// Stats counts what the consumer has done.
+type Stats struct {
+	Applied    atomic.Int64 // events applied for the first time
+	Redelivery atomic.Int64 // events already applied, acknowledged again
+}
+
+// Consumer applies events to the balance projection.
+type Consumer struct {
+	store *postgres.Store
+	js    jetstream.JetStream
+	log   *slog.Logger
+	Stats Stats
+}
+
+// New returns a consumer reading the payments stream through nc.
+func New(store *postgres.Store, nc *nats.Conn, log *slog.Logger) (*Consumer, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &Consumer{store: store, js: js, log: log}, nil
+}
+
+// Run consumes until ctx ends, waiting for the stream to exist. It returns nil
+// when ctx ends.
+func (c *Consumer) Run(ctx context.Context) error {
+	var cons jetstream.Consumer
+	for {
+		var err error
+		cons, err = c.js.CreateOrUpdateConsumer(ctx, relay.Stream, jetstream.ConsumerConfig{
+			Durable:       Name,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 1000,
+		})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn("consumer cannot attach to the stream yet; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+
+	msgs, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("consume: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		msgs.Stop()
+	}()
+	for {
+		msg, err := msgs.Next()
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return nil
+		}
+		if err != nil {
+			c.log.Warn("receive event", "error", err)
+			continue
+		}
+		err = c.handle(ctx, msg)
+		if errors.Is(err, errUnreadable) {
+			// It will never become readable: stop its redelivery, loudly.
+			c.log.Error("unreadable event terminated", "error", err, "subject", msg.Subject())
+			_ = msg.Term()
+			continue
+		}
+		if err != nil {
+			c.log.Warn("event not applied; it will be redelivered", "error", err, "subject", msg.Subject())
+			_ = msg.NakWithDelay(time.Second)
+			continue
+		}
+		if err := msg.Ack(); err != nil {
+			c.log.Warn("ack event; it will be redelivered and skipped", "error", err)
+		}
+	}
+}
+
+var errUnreadable = errors.New("unreadable event")
+
+// handle applies one message's effect once.
+func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) error {
+	effect, err := Effect(msg.Headers().Get(relay.MerchantHeader), msg.Data())
+	if err != nil {
+		return errors.Join(errUnreadable, err)
+	}
+	applied, err := c.store.ApplyOnce(ctx, Name, effect)
+	if err != nil {
+		return err
+	}
+	if applied {
+		c.Stats.Applied.Add(1)
+	} else {
+		c.Stats.Redelivery.Add(1)
+	}
+	return nil
+}
+
+// Effect reads an event message and returns what it does to its account's
+// balance: + for deposits and refunds, − for succeeded charges, nothing (but
+// counted) for an account's creation and a failed charge.
+func Effect(merchant string, body []byte) (postgres.BalanceEffect, error) {
+	var e struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+		Data struct {
+			ID        string `json:"id"`
+			AccountID string `json:"account_id"`
+			Amount    int64  `json:"amount"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil {
+		return postgres.BalanceEffect{}, fmt.Errorf("decode event: %w", err)
+	}
+	merchantID, err := uuid.Parse(merchant)
+	if err != nil {
+		return postgres.BalanceEffect{}, fmt.Errorf("merchant header %q: %w", merchant, err)
+	}
+	eventID, ok := payment.ParseID(payment.PrefixEvent, e.ID)
+	if !ok {
+		return postgres.BalanceEffect{}, fmt.Errorf("event id %q", e.ID)
+	}
+	effect := postgres.BalanceEffect{MerchantID: merchantID, EventID: eventID}
+	account := e.Data.AccountID
+	switch e.Type {
+	case payment.EventAccountCreated:
+		account = e.Data.ID
+	case payment.EventDepositCreated, payment.EventRefundCreated:
+		effect.Delta = e.Data.Amount
+	case payment.EventChargeSucceeded:
+		effect.Delta = -e.Data.Amount
+	case payment.EventChargeFailed:
+	default:
+		return postgres.BalanceEffect{}, fmt.Errorf("unknown event type %q", e.Type)
+	}
+	if effect.AccountID, ok = payment.ParseID(payment.PrefixAccount, account); !ok {
+		return postgres.BalanceEffect{}, fmt.Errorf("%s event without an account id", e.Type)
+	}
+	return effect, nil
+}

@@ -1,0 +1,213 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"payments/internal/payment"
+)
+
+// ErrNotLeader: another process holds the outbox lease.
+var ErrNotLeader = errors.New("another relay holds the outbox lease")
+
+// outboxLockKey is the advisory lock that makes one relay the leader.
+const outboxLockKey = 0x7061796d_6f757462 // "paymoutb"
+
+// notifyChannel is the channel the events trigger notifies on commit.
+const notifyChannel = "payments_events"
+
+// OutboxEvent is an event waiting to be published, with its merchant.
+type OutboxEvent struct {
+	MerchantID uuid.UUID
+	payment.Event
+}
+
+// OutboxLease is the relay leader's hold on the outbox: a dedicated connection
+// holding a session advisory lock and listening for new events. If the
+// connection dies, PostgreSQL releases the lock and a standby takes over.
+type OutboxLease struct {
+	conn *pgx.Conn
+}
+
+// ClaimOutbox tries to become the relay leader. It returns ErrNotLeader when
+// another process holds the lease, and payment.ErrUnavailable when the database
+// cannot be reached.
+func (s *Store) ClaimOutbox(ctx context.Context) (*OutboxLease, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, interpret(fmt.Errorf("connect for the outbox lease: %w", err))
+	}
+	var leader bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(outboxLockKey)).Scan(&leader); err != nil {
+		conn.Close(ctx)
+		return nil, interpret(fmt.Errorf("take the outbox lock: %w", err))
+	}
+	if !leader {
+		conn.Close(ctx)
+		return nil, ErrNotLeader
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		conn.Close(ctx)
+		return nil, interpret(fmt.Errorf("listen for events: %w", err))
+	}
+	return &OutboxLease{conn: conn}, nil
+}
+
+// Close gives the lease up.
+func (l *OutboxLease) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.conn.Close(ctx) // closing the session releases the lock
+}
+
+// unpublishedSQL reads the oldest unpublished events of finished transactions
+// in feed order (see migration 0002): a slow transaction's events are never
+// overtaken and then forgotten.
+const unpublishedSQL = `
+SELECT merchant_id, id, type, payload, created_at
+FROM events
+WHERE published_at IS NULL
+  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY tx_id, seq
+LIMIT $1`
+
+// Unpublished returns up to limit events to publish, oldest first.
+func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]OutboxEvent, error) {
+	rows, err := l.conn.Query(ctx, unpublishedSQL, limit)
+	if err != nil {
+		return nil, interpret(fmt.Errorf("select unpublished events: %w", err))
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxEvent, error) {
+		var e OutboxEvent
+		err := row.Scan(&e.MerchantID, &e.ID, &e.Type, &e.Data, &e.CreatedAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, interpret(fmt.Errorf("select unpublished events: %w", err))
+	}
+	return events, nil
+}
+
+const markPublishedSQL = `
+UPDATE events e SET published_at = now()
+FROM unnest($1::uuid[], $2::uuid[]) AS p (merchant_id, id)
+WHERE e.merchant_id = p.merchant_id AND e.id = p.id`
+
+// MarkPublished records that the broker has the events.
+func (l *OutboxLease) MarkPublished(ctx context.Context, events []OutboxEvent) error {
+	merchants := make([]uuid.UUID, len(events))
+	ids := make([]uuid.UUID, len(events))
+	for i, e := range events {
+		merchants[i], ids[i] = e.MerchantID, e.ID
+	}
+	if _, err := l.conn.Exec(ctx, markPublishedSQL, merchants, ids); err != nil {
+		return interpret(fmt.Errorf("mark events published: %w", err))
+	}
+	return nil
+}
+
+// Wait blocks until an event commits, d passes, or ctx ends. A dead
+// connection is an error: the lease is lost.
+func (l *OutboxLease) Wait(ctx context.Context, d time.Duration) error {
+	waitCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_, err := l.conn.WaitForNotification(waitCtx)
+	if err != nil && waitCtx.Err() != nil && !l.conn.IsClosed() {
+		return nil // timed out or cancelled: poll anyway
+	}
+	if err != nil {
+		return interpret(fmt.Errorf("wait for events: %w", err))
+	}
+	return nil
+}
+
+// pruneSQL deletes a bounded batch of events published longer ago than the
+// retention, so pruning never holds long locks or bloats one transaction.
+const pruneSQL = `
+DELETE FROM events
+WHERE (merchant_id, id) IN (
+    SELECT merchant_id, id FROM events
+    WHERE published_at < now() - $1::interval
+    LIMIT $2
+)`
+
+// Prune deletes up to batch events published more than retention ago and
+// reports how many it deleted.
+func (l *OutboxLease) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {
+	tag, err := l.conn.Exec(ctx, pruneSQL, retention, batch)
+	if err != nil {
+		return 0, interpret(fmt.Errorf("prune events: %w", err))
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Backlog reports how many events wait to be published, and the age of the
+// oldest.
+func (s *Store) Backlog(ctx context.Context) (count int64, oldest time.Duration, err error) {
+	var age *float64
+	err = s.pool.QueryRow(ctx, `
+SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
+FROM events WHERE published_at IS NULL`).Scan(&count, &age)
+	if err != nil {
+		return 0, 0, interpret(fmt.Errorf("outbox backlog: %w", err))
+	}
+	if age != nil {
+		oldest = time.Duration(*age * float64(time.Second))
+	}
+	return count, oldest, nil
+}
+
+// BalanceEffect is what one event does to the consumer's balance projection.
+type BalanceEffect struct {
+	MerchantID uuid.UUID
+	EventID    uuid.UUID
+	AccountID  uuid.UUID
+	Delta      int64
+}
+
+const (
+	inboxSQL = `
+INSERT INTO inbox (merchant_id, consumer, event_id) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING`
+
+	projectBalanceSQL = `
+INSERT INTO account_balances (merchant_id, account_id, balance, events)
+VALUES ($1, $2, $3, 1)
+ON CONFLICT (merchant_id, account_id)
+DO UPDATE SET balance = account_balances.balance + $3, events = account_balances.events + 1`
+)
+
+// ApplyOnce applies an event's effect for consumer unless it already has: the
+// inbox row and the effect commit together. It reports whether this call
+// applied it (false for a redelivery).
+func (s *Store) ApplyOnce(ctx context.Context, consumer string, e BalanceEffect) (bool, error) {
+	applied := false
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, inboxSQL, e.MerchantID, consumer, e.EventID)
+		if err != nil {
+			return fmt.Errorf("insert inbox row: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // seen before
+		}
+		if _, err := tx.Exec(ctx, projectBalanceSQL, e.MerchantID, e.AccountID, e.Delta); err != nil {
+			return fmt.Errorf("project balance: %w", err)
+		}
+		applied = true
+		return nil
+	})
+	return applied, interpret(err)
+}
+
+// ProjectedBalance returns the consumer's view of an account's balance and how
+// many events built it, or payment.ErrNotFound.
+func (s *Store) ProjectedBalance(ctx context.Context, merchantID, accountID uuid.UUID) (balance, events int64, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT balance, events FROM account_balances WHERE merchant_id = $1 AND account_id = $2`,
+		merchantID, accountID).Scan(&balance, &events)
+	return balance, events, readErr("projected balance", err)
+}

@@ -1,0 +1,222 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"payments/internal/consumer"
+	"payments/internal/payment"
+	"payments/internal/relay"
+)
+
+// TestEveryEventPublishedOnceInOrder: each committed event reaches the stream
+// exactly once, with its id as Nats-Msg-Id, in the feed's order.
+func TestEveryEventPublishedOnceInOrder(t *testing.T) {
+	e := setup(t)
+	r, _ := e.startRelay()
+	accounts := []uuid.UUID{e.account(10_000), e.account(10_000), e.account(10_000)}
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Go(func() { e.charge(accounts[i%3], 100) })
+	}
+	wg.Wait()
+	e.waitUntil("the outbox is drained", e.drained)
+
+	events := e.count(`SELECT count(*) FROM events`)
+	msgs := e.streamMessages()
+	if len(msgs) != events || events != 3*2+60 {
+		t.Fatalf("%d messages in the stream, %d events in the table, want %d of each", len(msgs), events, 3*2+60)
+	}
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.Headers().Get(jetstream.MsgIDHeader))
+		if want := relay.SubjectPrefix; len(m.Subject()) <= len(want) || m.Subject()[:len(want)] != want {
+			t.Errorf("subject %q", m.Subject())
+		}
+		if m.Headers().Get(relay.MerchantHeader) != e.merchant.String() {
+			t.Errorf("merchant header %q", m.Headers().Get(relay.MerchantHeader))
+		}
+	}
+	if want := e.feedOrder(); !slices.Equal(got, want) {
+		t.Errorf("stream order differs from the feed's order:\n got %v\nwant %v", got, want)
+	}
+	if r.Stats.Published.Load() != int64(events) || r.Stats.Duplicates.Load() != 0 {
+		t.Errorf("published %d, duplicates %d", r.Stats.Published.Load(), r.Stats.Duplicates.Load())
+	}
+}
+
+// TestNATSOutageLosesNothing: with the broker down, 1,000 charges wait in the
+// table; when it returns, all of them arrive.
+func TestNATSOutageLosesNothing(t *testing.T) {
+	e := setup(t)
+	e.startRelay()
+	accounts := []uuid.UUID{e.account(99_999_999), e.account(99_999_999)}
+	e.waitUntil("the first events are published", e.drained)
+	before := len(e.streamMessages())
+
+	e.nats.stop()
+	const charges = 1000
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				e.charge(accounts[i%2], 7)
+			}
+		})
+	}
+	for i := range charges {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if n := e.count(`SELECT count(*) FROM events WHERE published_at IS NULL`); n != charges {
+		t.Fatalf("%d unpublished events while NATS is down, want %d", n, charges)
+	}
+
+	e.nats.start()
+	e.waitUntil("the backlog drains", e.drained)
+	msgs := e.streamMessages()
+	succeeded := 0
+	for _, m := range msgs[before:] {
+		if m.Subject() == relay.SubjectPrefix+payment.EventChargeSucceeded {
+			succeeded++
+		}
+	}
+	if len(msgs)-before != charges || succeeded != charges {
+		t.Errorf("%d new messages, %d charge.succeeded; want %d of each", len(msgs)-before, succeeded, charges)
+	}
+	if ids := e.feedOrder(); len(ids) != len(msgs) {
+		t.Errorf("%d events, %d messages", len(ids), len(msgs))
+	}
+}
+
+// TestCrashBetweenPublishAndMarkIsDeduplicated: a relay that dies after
+// publishing but before marking leaves the events unpublished; the next relay
+// publishes them again, JetStream reports duplicates, and the consumer applies
+// each event once.
+func TestCrashBetweenPublishAndMarkIsDeduplicated(t *testing.T) {
+	e := setup(t)
+	acct := e.account(1000)
+	e.charge(acct, 300)
+	events := e.count(`SELECT count(*) FROM events`) // account, deposit, charge
+
+	crashed, stop := e.startRelay(func(r *relay.Relay) {
+		r.SetBeforeMark(func() error { return errors.New("killed") })
+	})
+	e.waitUntil("the crashed relay has published", func() bool { return crashed.Stats.Published.Load() == int64(events) })
+	if err := stop(); err == nil {
+		t.Fatal("the relay did not stop at the crash point")
+	}
+	if n := e.count(`SELECT count(*) FROM events WHERE published_at IS NULL`); n != events {
+		t.Fatalf("%d unpublished events after the crash, want %d", n, events)
+	}
+
+	next, _ := e.startRelay()
+	e.waitUntil("the next relay has drained the outbox", e.drained)
+	if next.Stats.Duplicates.Load() != int64(events) || next.Stats.Published.Load() != 0 {
+		t.Errorf("republish: %d duplicates (want %d), %d new", next.Stats.Duplicates.Load(), events, next.Stats.Published.Load())
+	}
+	if n := len(e.streamMessages()); n != events {
+		t.Errorf("%d messages in the stream, want %d", n, events)
+	}
+
+	c := e.startConsumer()
+	e.waitUntil("the consumer applied every event", func() bool { return c.Stats.Applied.Load() == int64(events) })
+	balance, applied, err := e.store.ProjectedBalance(context.Background(), e.merchant, acct)
+	if err != nil || balance != 700 || applied != int64(events) {
+		t.Errorf("projected balance %d from %d events (%v), want 700 from %d", balance, applied, err, events)
+	}
+}
+
+// TestConsumerAppliesEachEventOnce drives the consumer end to end, then
+// redelivers every event: the projection must equal the real balances.
+func TestConsumerAppliesEachEventOnce(t *testing.T) {
+	e := setup(t)
+	e.startRelay()
+	c := e.startConsumer()
+	accounts := []uuid.UUID{e.account(5000), e.account(5000)}
+	for i := range 40 {
+		e.charge(accounts[i%2], 150) // the 34th charge of an account fails
+	}
+	events := int64(e.count(`SELECT count(*) FROM events`))
+	e.waitUntil("every event is applied", func() bool { return c.Stats.Applied.Load() == events })
+
+	// A redelivery of everything, as after a consumer crash before its acks.
+	for _, m := range e.streamMessages() {
+		effect, err := consumer.Effect(m.Headers().Get(relay.MerchantHeader), m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if applied, err := e.store.ApplyOnce(context.Background(), consumer.Name, effect); err != nil || applied {
+			t.Fatalf("redelivered event applied again (%v)", err)
+		}
+	}
+	for _, acct := range accounts {
+		a, err := e.store.Account(context.Background(), e.merchant, acct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		projected, _, err := e.store.ProjectedBalance(context.Background(), e.merchant, acct)
+		if err != nil || projected != a.Balance {
+			t.Errorf("account %s: projected %d, real %d (%v)", acct, projected, a.Balance, err)
+		}
+	}
+}
+
+// TestOneRelayLeadsAndAnotherTakesOver: of two relays only one publishes; when
+// it stops, the standby takes over.
+func TestOneRelayLeadsAndAnotherTakesOver(t *testing.T) {
+	e := setup(t)
+	first, stopFirst := e.startRelay()
+	e.waitUntil("the first relay leads", first.Stats.Leader.Load)
+	second, _ := e.startRelay()
+	acct := e.account(1000)
+	e.waitUntil("the outbox is drained", e.drained)
+	time.Sleep(300 * time.Millisecond) // give the standby every chance to misbehave
+	if second.Stats.Leader.Load() || second.Stats.Published.Load() != 0 {
+		t.Fatalf("the standby published %d events", second.Stats.Published.Load())
+	}
+	if first.Stats.Published.Load() != 2 {
+		t.Errorf("the leader published %d events, want 2", first.Stats.Published.Load())
+	}
+
+	if err := stopFirst(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitUntil("the standby takes over", second.Stats.Leader.Load)
+	e.charge(acct, 10)
+	e.waitUntil("the outbox is drained", e.drained)
+	if second.Stats.Published.Load() != 1 {
+		t.Errorf("the new leader published %d events, want 1", second.Stats.Published.Load())
+	}
+	if n := len(e.streamMessages()); n != 3 {
+		t.Errorf("%d messages, want 3", n)
+	}
+}
+
+// startConsumer runs the worked-example consumer until the test ends.
+func (e *env) startConsumer() *consumer.Consumer {
+	e.t.Helper()
+	c, err := consumer.New(e.store, e.nats.connect(), e.log)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Error(err)
+		}
+	})
+	return c
+}

@@ -1,0 +1,258 @@
+// Package relay delivers the outbox to NATS JetStream: it publishes committed
+// events in order, each with Nats-Msg-Id set to the event id so the broker
+// drops a republished duplicate, and marks them published.
+//
+// Delivery is at least once from the relay (an event published but not yet
+// marked is published again after a crash) and effectively once downstream:
+// JetStream drops the duplicate within its duplicate window, and consumers
+// deduplicate by event id (see package consumer).
+//
+// One relay is active across all replicas: the one holding the outbox lease (a
+// PostgreSQL advisory lock on a dedicated connection). The others stand by and
+// take over when its connection ends.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"payments/internal/payment"
+	"payments/internal/postgres"
+)
+
+// Stream is the JetStream stream the events go to; subjects are
+// "payments.<event type>", e.g. payments.charge.succeeded.
+const (
+	Stream        = "PAYMENTS"
+	SubjectPrefix = "payments."
+)
+
+// MerchantHeader carries the event's merchant id on each message.
+const MerchantHeader = "Payments-Merchant-Id"
+
+// Options tune a Relay. Zero values take the defaults.
+type Options struct {
+	// Batch is the most events read and published in one round (default 100).
+	Batch int
+	// Poll is how long the leader waits for a notification before looking
+	// anyway (default 1s), and how often a standby tries to take over.
+	Poll time.Duration
+	// Retention is how long published events are kept before pruning
+	// (default 30 days); PruneBatch bounds one delete (default 1000).
+	Retention  time.Duration
+	PruneBatch int
+	// MaxBackoff caps the wait between attempts while NATS or the database is
+	// down (default 5s).
+	MaxBackoff time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Batch <= 0 {
+		o.Batch = 100
+	}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	if o.Retention <= 0 {
+		o.Retention = 30 * 24 * time.Hour
+	}
+	if o.PruneBatch <= 0 {
+		o.PruneBatch = 1000
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	return o
+}
+
+// Stats counts what a relay has done.
+type Stats struct {
+	Published  atomic.Int64 // events the broker stored
+	Duplicates atomic.Int64 // events the broker already had (a republish)
+	Pruned     atomic.Int64
+	Leader     atomic.Bool
+}
+
+// Relay publishes the outbox.
+type Relay struct {
+	store *postgres.Store
+	js    jetstream.JetStream
+	log   *slog.Logger
+	opts  Options
+	Stats Stats
+
+	// beforeMark, when set (by tests), runs after a batch is published and
+	// before it is marked; an error stops the relay there, as a crash would.
+	beforeMark func() error
+}
+
+// New returns a relay publishing store's outbox through nc.
+func New(store *postgres.Store, nc *nats.Conn, log *slog.Logger, opts Options) (*Relay, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &Relay{store: store, js: js, log: log, opts: opts.withDefaults()}, nil
+}
+
+// Run relays until ctx ends: it stands by until it holds the outbox lease,
+// then publishes. Outages of NATS or PostgreSQL are waited out with growing
+// backoff; nothing is lost, events wait in the table. It returns nil when ctx
+// ends.
+func (r *Relay) Run(ctx context.Context) error {
+	const firstBackoff = 250 * time.Millisecond
+	backoff := firstBackoff
+	for {
+		began := time.Now()
+		err := r.lead(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, errStopped):
+			return err
+		case err == nil, errors.Is(err, postgres.ErrNotLeader):
+			backoff = r.opts.Poll // a healthy standby looks again every Poll
+		default:
+			if time.Since(began) > r.opts.MaxBackoff || backoff == r.opts.Poll {
+				backoff = firstBackoff // it had been working: start over
+			} else {
+				backoff = min(backoff*2, r.opts.MaxBackoff)
+			}
+			r.log.Warn("relay interrupted; retrying", "error", err, "retry_in", backoff.String())
+		}
+		sleep(ctx, backoff)
+	}
+}
+
+var errStopped = errors.New("relay stopped before marking a published batch")
+
+// lead holds the lease and publishes until an error or ctx ends.
+func (r *Relay) lead(ctx context.Context) error {
+	lease, err := r.store.ClaimOutbox(ctx)
+	if err != nil {
+		return err
+	}
+	defer lease.Close()
+	r.Stats.Leader.Store(true)
+	defer r.Stats.Leader.Store(false)
+	r.log.Info("relay is the leader")
+
+	if err := r.ensureStream(ctx); err != nil {
+		return err
+	}
+	lastPrune := time.Time{}
+	for ctx.Err() == nil {
+		n, err := r.relayBatch(ctx, lease)
+		if err != nil {
+			return err
+		}
+		if time.Since(lastPrune) > time.Minute {
+			if err := r.prune(ctx, lease); err != nil {
+				return err
+			}
+			lastPrune = time.Now()
+		}
+		if n == r.opts.Batch {
+			continue // more are waiting
+		}
+		if err := lease.Wait(ctx, r.opts.Poll); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureStream creates the stream if it does not exist, keeping it if it does.
+func (r *Relay) ensureStream(ctx context.Context) error {
+	_, err := r.js.Stream(ctx, Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = r.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:       Stream,
+			Subjects:   []string{SubjectPrefix + ">"},
+			Storage:    jetstream.FileStorage,
+			Duplicates: 2 * time.Minute,
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", Stream, err)
+	}
+	return nil
+}
+
+// relayBatch publishes one batch in order, synchronously: an event is sent
+// only once the broker has acknowledged the one before it, so a failure
+// cannot let a later event overtake an earlier one.
+func (r *Relay) relayBatch(ctx context.Context, lease *postgres.OutboxLease) (int, error) {
+	events, err := lease.Unpublished(ctx, r.opts.Batch)
+	if err != nil || len(events) == 0 {
+		return 0, err
+	}
+	for _, e := range events {
+		msg, err := Message(e)
+		if err != nil {
+			return 0, err
+		}
+		ack, err := r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msg.Header.Get(jetstream.MsgIDHeader)))
+		if err != nil {
+			return 0, fmt.Errorf("publish %s: %w", e.Type, err)
+		}
+		if ack.Duplicate {
+			r.Stats.Duplicates.Add(1)
+		} else {
+			r.Stats.Published.Add(1)
+		}
+	}
+	if r.beforeMark != nil {
+		if err := r.beforeMark(); err != nil {
+			return 0, errors.Join(errStopped, err)
+		}
+	}
+	if err := lease.MarkPublished(ctx, events); err != nil {
+		return 0, err
+	}
+	return len(events), nil
+}
+
+func (r *Relay) prune(ctx context.Context, lease *postgres.OutboxLease) error {
+	for {
+		n, err := lease.Prune(ctx, r.opts.Retention, r.opts.PruneBatch)
+		if err != nil {
+			return err
+		}
+		r.Stats.Pruned.Add(n)
+		if n < int64(r.opts.PruneBatch) {
+			return nil
+		}
+	}
+}
+
+// Message renders an event as the message the relay publishes: subject
+// payments.<type>, the event's public JSON as the body, its id as Nats-Msg-Id
+// and its merchant in the Payments-Merchant-Id header.
+func Message(e postgres.OutboxEvent) (*nats.Msg, error) {
+	body, err := e.Event.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode event: %w", err)
+	}
+	msg := nats.NewMsg(SubjectPrefix + e.Type)
+	msg.Data = body
+	msg.Header.Set(jetstream.MsgIDHeader, payment.FormatID(payment.PrefixEvent, e.ID))
+	msg.Header.Set(MerchantHeader, e.MerchantID.String())
+	return msg, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,264 @@
+package relay_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"payments/internal/idempotency"
+	"payments/internal/payment"
+	"payments/internal/pgtest"
+	"payments/internal/postgres"
+	"payments/internal/relay"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// natsServer is an embedded NATS server with JetStream that a test can stop
+// and start again on the same port and storage, as an outage would.
+type natsServer struct {
+	t    testing.TB
+	opts server.Options
+	srv  *server.Server
+}
+
+func startNATS(t testing.TB) *natsServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	n := &natsServer{t: t, opts: server.Options{
+		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true,
+	}}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *natsServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(n.opts.Port) }
+
+func (n *natsServer) start() {
+	n.t.Helper()
+	opts := n.opts
+	srv, err := server.NewServer(&opts)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		n.t.Fatal("NATS did not start")
+	}
+	n.srv = srv
+}
+
+func (n *natsServer) stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// connect opens a client that keeps reconnecting through outages.
+func (n *natsServer) connect() *nats.Conn {
+	n.t.Helper()
+	nc, err := nats.Connect(n.url(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(nc.Close)
+	return nc
+}
+
+// env is one test's database, broker and merchant.
+type env struct {
+	t        testing.TB
+	store    *postgres.Store
+	nats     *natsServer
+	merchant uuid.UUID
+	log      *slog.Logger
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	// Registered first, so it runs last: after the relay, the broker and the
+	// pool have stopped, no goroutine of theirs may be left behind.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	return setupBench(t)
+}
+
+// setupBench is setup without the leak check, which benchmarks cannot run.
+func setupBench(t testing.TB) *env {
+	t.Helper()
+	store, err := postgres.Open(context.Background(), pgtest.NewDatabase(t), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	merchant, _, err := store.CreateMerchant(context.Background(), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, store: store, nats: startNATS(t), merchant: merchant,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+// exec runs one ledger operation under a fresh idempotency key.
+func (e *env) exec(op func(ctx context.Context, l payment.Ledger) error) {
+	e.t.Helper()
+	var fp idempotency.Fingerprint
+	_, _ = rand.Read(fp[:])
+	req := idempotency.Request{MerchantID: e.merchant, Key: uuid.NewString(), Fingerprint: fp}
+	_, err := e.store.Idempotent(context.Background(), req, func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
+		return idempotency.Response{Status: 201, Body: []byte("{}")}, op(ctx, l)
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// account opens a funded account.
+func (e *env) account(deposit int64) uuid.UUID {
+	e.t.Helper()
+	var id uuid.UUID
+	e.exec(func(ctx context.Context, l payment.Ledger) error {
+		a, err := l.CreateAccount(ctx, e.merchant, payment.NewAccount{Currency: "USD"})
+		id = a.ID
+		return err
+	})
+	e.exec(func(ctx context.Context, l payment.Ledger) error {
+		_, err := l.Deposit(ctx, e.merchant, id, deposit)
+		return err
+	})
+	return id
+}
+
+func (e *env) charge(account uuid.UUID, amount int64) {
+	e.t.Helper()
+	e.exec(func(ctx context.Context, l payment.Ledger) error {
+		_, err := l.Charge(ctx, e.merchant, payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"})
+		return err
+	})
+}
+
+// startRelay runs a relay until the test ends or stop is called.
+func (e *env) startRelay(configure ...func(*relay.Relay)) (r *relay.Relay, stop func() error) {
+	e.t.Helper()
+	r, err := relay.New(e.store, e.nats.connect(), e.log, relay.Options{Poll: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, c := range configure {
+		c(r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	e.t.Cleanup(func() { _ = stop() })
+	return r, stop
+}
+
+func (e *env) count(sql string) int {
+	e.t.Helper()
+	var n int
+	if err := e.store.Pool().QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// waitUntil polls cond until it holds or 30 s pass.
+func (e *env) waitUntil(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) drained() bool {
+	return e.count(`SELECT count(*) FROM events WHERE published_at IS NULL`) == 0
+}
+
+// streamMessages reads the whole stream in order.
+func (e *env) streamMessages() []jetstream.Msg {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(e.nats.connect())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, relay.Stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for uint64(len(msgs)) < info.State.Msgs {
+		batch, err := cons.Fetch(min(500, int(info.State.Msgs)-len(msgs)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if batch.Error() != nil && !errors.Is(batch.Error(), nats.ErrTimeout) {
+			e.t.Fatal(batch.Error())
+		}
+	}
+	return msgs
+}
+
+// feedOrder returns every event id in the order the feed and the relay use.
+func (e *env) feedOrder() []string {
+	e.t.Helper()
+	rows, err := e.store.Pool().Query(context.Background(), `SELECT id FROM events ORDER BY tx_id, seq`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			e.t.Fatal(err)
+		}
+		ids = append(ids, payment.FormatID(payment.PrefixEvent, id))
+	}
+	return ids
+}
