@@ -19,6 +19,7 @@ import (
 	"payments"
 	"payments/internal/docs"
 	"payments/internal/httpapi"
+	"payments/internal/idempotency"
 	"payments/internal/postgres"
 	"payments/migrations"
 )
@@ -37,7 +38,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		log.Warn("database not reachable at start", "error", err)
 	}
 
-	api := httpapi.New(store, log, httpapi.Options{Spec: payments.OpenAPI, Docs: docs.Handler("/openapi.yaml")})
+	api := httpapi.New(store, log, httpapi.Options{
+		Spec:  payments.OpenAPI,
+		Docs:  docs.Handler("/openapi.yaml"),
+		Guard: idempotency.NewGuard(cfg.CacheSize, cfg.IdempotencyTTL),
+	})
+	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
+	janitorCtx, stopJanitor := context.WithCancel(context.WithoutCancel(ctx))
+	janitorDone := make(chan struct{})
+	go func() { defer close(janitorDone); janitor.Run(janitorCtx) }()
+	defer func() { stopJanitor(); <-janitorDone }()
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)

@@ -24,6 +24,9 @@ type config struct {
 	RelayBatch      int
 	RelayPoll       time.Duration
 	EventRetention  time.Duration
+	CacheSize       int
+	JanitorInterval time.Duration
+	JanitorBatch    int
 }
 
 // setting is one configuration value: its variable, flag, default and parser.
@@ -42,6 +45,19 @@ func (c *config) settings() []setting {
 			durationInto(&c.IdempotencyTTL)},
 		{"IDEMPOTENCY_WAIT", "idempotency-wait", "5s", "how long a request waits behind an in-flight request with the same key before 409",
 			durationInto(&c.IdempotencyWait)},
+		{"IDEMPOTENCY_CACHE_SIZE", "idempotency-cache-size", "10000", "completed responses kept in memory for fast replays (0 disables)",
+			func(v string) error {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return fmt.Errorf("want a whole number, got %q", v)
+				}
+				c.CacheSize = n
+				return nil
+			}},
+		{"JANITOR_INTERVAL", "janitor-interval", "1m", "how often expired idempotency keys are deleted",
+			durationInto(&c.JanitorInterval)},
+		{"JANITOR_BATCH", "janitor-batch", "1000", "most expired keys deleted per transaction",
+			positiveInt(&c.JanitorBatch)},
 		{"DB_MAX_CONNS", "db-max-conns", "20", "maximum PostgreSQL connections in the pool",
 			func(v string) error {
 				var n int

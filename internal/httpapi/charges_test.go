@@ -413,7 +413,8 @@ func TestKeysAreScopedPerMerchant(t *testing.T) {
 // before the janitor deletes it.
 func TestExpiredKeyExecutesAsNew(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	// The database's clock is moved here, not the process's: no response cache.
+	f := setup(t, func(o *setupOptions) { o.cacheSize = 0 })
 	acct := f.account("USD", 1000)
 	key := uuid.NewString()
 	if r := f.post("/v1/charges", key, chargeBody(acct, 100)); r.status != http.StatusCreated {

@@ -21,7 +21,7 @@ type step func(ctx context.Context, l payment.Ledger) (response, error)
 // unexpected error or an outage rolls everything back, key included, so the
 // retry executes cleanly.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step) {
-	res, err := s.backend.Idempotent(r.Context(), req, func(ctx context.Context, l payment.Ledger) (response, error) {
+	op := func(ctx context.Context, l payment.Ledger) (response, error) {
 		resp, err := st(ctx, l)
 		if err == nil {
 			return resp, nil
@@ -30,6 +30,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency
 			return problemFromError(p, err).response(), nil
 		}
 		return response{}, err
+	}
+	res, err := s.opts.Guard.Do(r.Context(), req, func(ctx context.Context) (idempotency.Result, error) {
+		return s.backend.Idempotent(ctx, req, op)
 	})
 	switch {
 	case err != nil:

@@ -42,6 +42,9 @@ type Options struct {
 	Spec []byte
 	// Docs serves the browsable documentation under /docs; nil leaves it out.
 	Docs http.Handler
+	// Guard coalesces concurrent requests per key and caches completed
+	// responses; nil gives one with no cache.
+	Guard *idempotency.Guard
 }
 
 // Server routes and answers HTTP requests.
@@ -54,6 +57,9 @@ type Server struct {
 
 // New returns the API's HTTP handler.
 func New(backend Backend, log *slog.Logger, opts Options) *Server {
+	if opts.Guard == nil {
+		opts.Guard = idempotency.NewGuard(0, 0)
+	}
 	s := &Server{backend: backend, log: log, opts: opts}
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/internal/httpapi"
+	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
@@ -38,6 +39,7 @@ type fixture struct {
 type setupOptions struct {
 	databaseURL string
 	keyWait     time.Duration
+	cacheSize   int
 }
 
 // setup starts the API on the package database (or opts.databaseURL) and
@@ -45,7 +47,7 @@ type setupOptions struct {
 // other's money.
 func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 	t.Helper()
-	o := setupOptions{databaseURL: pgtest.DatabaseURL(t), keyWait: 5 * time.Second}
+	o := setupOptions{databaseURL: pgtest.DatabaseURL(t), keyWait: 5 * time.Second, cacheSize: 1000}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -63,7 +65,9 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	srv := httptest.NewServer(httpapi.New(store, log, httpapi.Options{Spec: []byte("openapi: 3.1.0\n")}))
+	srv := httptest.NewServer(httpapi.New(store, log, httpapi.Options{
+		Spec: []byte("openapi: 3.1.0\n"), Guard: idempotency.NewGuard(o.cacheSize, 24*time.Hour),
+	}))
 	t.Cleanup(srv.Close)
 
 	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs}

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"crypto/sha256"
 	"errors"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -46,6 +47,9 @@ type Response struct {
 type Result struct {
 	Response
 	Replayed bool
+	// StoredAt is when the key was claimed, by the database's clock; the key
+	// expires StoredAt plus the retention.
+	StoredAt time.Time
 }
 
 // Errors of a request whose key is already known.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,10 +26,11 @@ const (
 	claimKeySQL = `
 INSERT INTO idempotency_keys (merchant_id, key, fingerprint)
 VALUES ($1, $2, $3)
-ON CONFLICT (merchant_id, key) DO NOTHING`
+ON CONFLICT (merchant_id, key) DO NOTHING
+RETURNING created_at`
 
 	lookupKeySQL = `
-SELECT fingerprint, status, coalesce(location, ''), body, created_at < now() - $3::interval
+SELECT fingerprint, status, coalesce(location, ''), body, created_at, created_at < now() - $3::interval
 FROM idempotency_keys
 WHERE merchant_id = $1 AND key = $2`
 
@@ -66,63 +68,117 @@ func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op 
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// Twice at most: a key found expired is deleted and claimed afresh.
 		for range 2 {
-			claimed, err := claimKey(ctx, tx, req)
+			claimed, storedAt, err := claimKey(ctx, tx, req)
 			if err != nil {
 				return err
 			}
 			if claimed {
-				resp, err := op(ctx, ledger{tx})
-				if err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, resp.Body); err != nil {
-					return fmt.Errorf("store response: %w", err)
-				}
-				res = idempotency.Result{Response: resp}
-				return nil
+				res, err = execute(ctx, tx, req, op)
+				res.StoredAt = storedAt
+				return err
 			}
-
-			var (
-				stored  []byte
-				resp    idempotency.Response
-				status  *int32
-				expired bool
-			)
-			err = tx.QueryRow(ctx, lookupKeySQL, req.MerchantID, req.Key, s.opts.KeyTTL).
-				Scan(&stored, &status, &resp.Location, &resp.Body, &expired)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				continue // the janitor removed it between our two statements
-			case err != nil:
-				return fmt.Errorf("look up key: %w", err)
-			case expired:
-				if _, err := tx.Exec(ctx, deleteExpiredKeySQL, req.MerchantID, req.Key, s.opts.KeyTTL); err != nil {
-					return fmt.Errorf("delete expired key: %w", err)
-				}
-				continue
-			case status == nil || len(stored) != len(req.Fingerprint):
-				// Cannot happen: the row and its response commit together.
-				return errors.New("stored idempotency key has no response")
+			var found bool
+			if res, found, err = s.replay(ctx, tx, req); found || err != nil {
+				return err
 			}
-			resp.Status = int(*status)
-			res, err = idempotency.Replay(req, idempotency.Fingerprint(stored), resp)
-			return err
 		}
 		return errors.New("idempotency key vanished twice while being claimed")
 	})
 	return res, err
 }
 
-// claimKey inserts the key row. If a committed row exists it reports false; if
-// an uncommitted one exists, PostgreSQL makes the insert wait for that
-// transaction (bounded by lock_timeout) and then decides.
-func claimKey(ctx context.Context, tx pgx.Tx, req idempotency.Request) (bool, error) {
-	tag, err := tx.Exec(ctx, claimKeySQL, req.MerchantID, req.Key, req.Fingerprint[:])
-	if hasCode(err, codeLockNotAvailable) {
-		return false, idempotency.ErrKeyInUse
-	}
+// execute runs op for a freshly claimed key and stores its response.
+func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op Operation) (idempotency.Result, error) {
+	resp, err := op(ctx, ledger{tx})
 	if err != nil {
-		return false, fmt.Errorf("claim key: %w", err)
+		return idempotency.Result{}, err
 	}
-	return tag.RowsAffected() == 1, nil
+	if _, err := tx.Exec(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, resp.Body); err != nil {
+		return idempotency.Result{}, fmt.Errorf("store response: %w", err)
+	}
+	return idempotency.Result{Response: resp}, nil
+}
+
+// replay answers req from the response stored under its key. It reports
+// found=false when there is none to answer from: the janitor removed the row
+// after the claim saw it, or it has expired (and is now deleted), so the
+// caller claims the key afresh.
+func (s *Store) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) (res idempotency.Result, found bool, err error) {
+	var (
+		stored   []byte
+		resp     idempotency.Response
+		status   *int32
+		storedAt time.Time
+		expired  bool
+	)
+	err = tx.QueryRow(ctx, lookupKeySQL, req.MerchantID, req.Key, s.opts.KeyTTL).
+		Scan(&stored, &status, &resp.Location, &resp.Body, &storedAt, &expired)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return idempotency.Result{}, false, nil
+	case err != nil:
+		return idempotency.Result{}, false, fmt.Errorf("look up key: %w", err)
+	case expired:
+		if _, err := tx.Exec(ctx, deleteExpiredKeySQL, req.MerchantID, req.Key, s.opts.KeyTTL); err != nil {
+			return idempotency.Result{}, false, fmt.Errorf("delete expired key: %w", err)
+		}
+		return idempotency.Result{}, false, nil
+	case status == nil || len(stored) != len(req.Fingerprint):
+		// Cannot happen: the row and its response commit together.
+		return idempotency.Result{}, false, errors.New("stored idempotency key has no response")
+	}
+	resp.Status = int(*status)
+	res, err = idempotency.Replay(req, idempotency.Fingerprint(stored), resp)
+	res.StoredAt = storedAt
+	return res, true, err
+}
+
+// claimKey inserts the key row and returns its creation time. If a committed
+// row exists it reports false; if an uncommitted one exists, PostgreSQL makes
+// the insert wait for that transaction (bounded by lock_timeout) and then
+// decides.
+func claimKey(ctx context.Context, tx pgx.Tx, req idempotency.Request) (bool, time.Time, error) {
+	var createdAt time.Time
+	err := tx.QueryRow(ctx, claimKeySQL, req.MerchantID, req.Key, req.Fingerprint[:]).Scan(&createdAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, time.Time{}, nil
+	case hasCode(err, codeLockNotAvailable):
+		return false, time.Time{}, idempotency.ErrKeyInUse
+	case err != nil:
+		return false, time.Time{}, fmt.Errorf("claim key: %w", err)
+	}
+	return true, createdAt, nil
+}
+
+// janitorLockKey is the advisory lock that lets one janitor run at a time.
+const janitorLockKey = 0x7061796d_6a616e69 // "paymjani"
+
+// deleteExpiredKeysSQL deletes the oldest expired keys, a bounded batch at a
+// time, walking the created_at index.
+const deleteExpiredKeysSQL = `
+DELETE FROM idempotency_keys
+WHERE (merchant_id, key) IN (
+    SELECT merchant_id, key FROM idempotency_keys
+    WHERE created_at < now() - $1::interval
+    ORDER BY created_at
+    LIMIT $2
+)`
+
+// DeleteExpiredKeys deletes up to batch keys older than ttl, in one short
+// transaction. It reports ran=false without deleting anything when another
+// janitor holds the lock.
+func (s *Store) DeleteExpiredKeys(ctx context.Context, ttl time.Duration, batch int) (deleted int64, ran bool, err error) {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(janitorLockKey)).Scan(&ran); err != nil || !ran {
+			return err
+		}
+		tag, err := tx.Exec(ctx, deleteExpiredKeysSQL, ttl, batch)
+		deleted = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, false, interpret(fmt.Errorf("delete expired keys: %w", err))
+	}
+	return deleted, ran, nil
 }

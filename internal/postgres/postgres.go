@@ -61,6 +61,7 @@ func (o Options) withDefaults() Options {
 type Store struct {
 	pool *pgxpool.Pool
 	opts Options
+	auth authCache
 }
 
 // Open connects to the database at databaseURL. It does not wait for the

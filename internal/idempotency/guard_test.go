@@ -1,0 +1,200 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func request(merchant uuid.UUID, key string, fp byte) Request {
+	return Request{MerchantID: merchant, Key: key, Fingerprint: Fingerprint{fp}}
+}
+
+// TestCoalescerSharesOneExecution releases many identical requests at once:
+// one executes, the others replay its response, and no state is left behind.
+func TestCoalescerSharesOneExecution(t *testing.T) {
+	var c Coalescer
+	merchant := uuid.New()
+	var executions atomic.Int32
+	release := make(chan struct{})
+	exec := func(context.Context) (Result, error) {
+		executions.Add(1)
+		<-release // hold the leader until every follower has queued
+		return Result{Response: Response{Status: 201, Body: []byte("charged")}}, nil
+	}
+
+	const n = 50
+	results := make([]Result, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = c.Do(context.Background(), request(merchant, "k", 1), exec)
+		})
+	}
+	close(start)
+	waitForFollowers(&c, n-1)
+	close(release)
+	wg.Wait()
+
+	if executions.Load() != 1 {
+		t.Errorf("%d executions, want 1", executions.Load())
+	}
+	replayed := 0
+	for i := range n {
+		if errs[i] != nil || string(results[i].Body) != "charged" {
+			t.Fatalf("request %d: %+v, %v", i, results[i], errs[i])
+		}
+		if results[i].Replayed {
+			replayed++
+		}
+	}
+	if replayed != n-1 {
+		t.Errorf("%d replays, want %d", replayed, n-1)
+	}
+	if c.InFlight() != 0 || len(c.calls) != 0 {
+		t.Errorf("%d keys still tracked after every request finished", len(c.calls))
+	}
+}
+
+func TestCoalescerFollowers(t *testing.T) {
+	merchant := uuid.New()
+	cases := []struct {
+		name        string
+		leaderErr   error
+		followerFP  byte
+		wantErr     error
+		wantExecute bool // the follower runs exec itself
+	}{
+		{"other request under the key", nil, 2, ErrKeyReused, false},
+		{"leader refused as reused", ErrKeyReused, 1, ErrKeyReused, false},
+		{"leader timed out behind another", ErrKeyInUse, 1, ErrKeyInUse, false},
+		{"leader failed: follower executes", errors.New("database gone"), 1, nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Coalescer
+			release := make(chan struct{})
+			leaderDone := make(chan struct{})
+			go func() {
+				defer close(leaderDone)
+				_, _ = c.Do(context.Background(), request(merchant, "k", 1), func(context.Context) (Result, error) {
+					<-release
+					return Result{Response: Response{Status: 201}}, tc.leaderErr
+				})
+			}()
+			for c.InFlight() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			followerDone := make(chan struct{})
+			executed := false
+			var err error
+			go func() {
+				defer close(followerDone)
+				_, err = c.Do(context.Background(), request(merchant, "k", tc.followerFP), func(context.Context) (Result, error) {
+					executed = true
+					return Result{Response: Response{Status: 201}}, nil
+				})
+			}()
+			waitForFollowers(&c, 1)
+			close(release)
+			<-leaderDone
+			<-followerDone
+			if !errors.Is(err, tc.wantErr) && !(tc.wantErr == nil && err == nil) {
+				t.Errorf("follower error %v, want %v", err, tc.wantErr)
+			}
+			if executed != tc.wantExecute {
+				t.Errorf("follower executed = %v, want %v", executed, tc.wantExecute)
+			}
+		})
+	}
+}
+
+func TestCoalescerKeysAreIndependent(t *testing.T) {
+	var c Coalescer
+	a, b := uuid.New(), uuid.New()
+	var executions atomic.Int32
+	exec := func(context.Context) (Result, error) {
+		executions.Add(1)
+		return Result{}, nil
+	}
+	for _, req := range []Request{request(a, "k", 1), request(b, "k", 1), request(a, "other", 1)} {
+		if _, err := c.Do(context.Background(), req, exec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if executions.Load() != 3 {
+		t.Errorf("%d executions for three distinct (merchant, key) pairs", executions.Load())
+	}
+}
+
+func TestCache(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := NewCache(2, 24*time.Hour)
+	c.now = func() time.Time { return now }
+	alice, bob := uuid.New(), uuid.New()
+	resp := Response{Status: 201, Location: "/v1/charges/ch_1", Body: []byte(`{"id":"ch_1"}`)}
+	c.Add(request(alice, "k1", 1), resp, now)
+
+	if res, err, ok := c.Lookup(request(alice, "k1", 1)); !ok || err != nil || !res.Replayed || string(res.Body) != string(resp.Body) {
+		t.Errorf("hit = %+v, %v, %v", res, err, ok)
+	}
+	if _, err, ok := c.Lookup(request(alice, "k1", 2)); !ok || !errors.Is(err, ErrKeyReused) {
+		t.Errorf("different request under the key: %v, %v", err, ok)
+	}
+	if _, _, ok := c.Lookup(request(bob, "k1", 1)); ok {
+		t.Error("another merchant's entry was served")
+	}
+
+	// Bounded: the least recently used entry goes.
+	c.Add(request(alice, "k2", 1), resp, now)
+	c.Lookup(request(alice, "k1", 1))
+	c.Add(request(alice, "k3", 1), resp, now)
+	if c.Len() != 2 {
+		t.Errorf("%d entries, want at most 2", c.Len())
+	}
+	if _, _, ok := c.Lookup(request(alice, "k2", 1)); ok {
+		t.Error("the least recently used entry was kept")
+	}
+
+	// Never past the key's expiry, with a margin for clock skew.
+	now = now.Add(24*time.Hour - ClockMargin)
+	if _, _, ok := c.Lookup(request(alice, "k1", 1)); ok {
+		t.Error("an entry was served at its key's expiry")
+	}
+	c.Add(request(alice, "old", 1), resp, now.Add(-24*time.Hour))
+	if _, _, ok := c.Lookup(request(alice, "old", 1)); ok {
+		t.Error("an already expired response was cached")
+	}
+}
+
+func TestDisabledCache(t *testing.T) {
+	c := NewCache(0, time.Hour)
+	c.Add(request(uuid.New(), "k", 1), Response{Status: 201}, time.Now())
+	if c.Len() != 0 {
+		t.Error("a disabled cache stored an entry")
+	}
+}
+
+// waitForFollowers waits until n requests queue behind the running leader.
+func waitForFollowers(c *Coalescer, n int) {
+	for {
+		c.mu.Lock()
+		queued := 0
+		for _, cl := range c.calls {
+			queued = cl.followers
+		}
+		c.mu.Unlock()
+		if queued >= n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

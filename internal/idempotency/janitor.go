@@ -1,0 +1,79 @@
+package idempotency
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Expirer deletes expired keys; *postgres.Store implements it.
+type Expirer interface {
+	// DeleteExpiredKeys deletes up to batch keys older than ttl, reporting
+	// ran=false when another janitor holds the lock.
+	DeleteExpiredKeys(ctx context.Context, ttl time.Duration, batch int) (deleted int64, ran bool, err error)
+}
+
+// Janitor deletes keys past their retention in bounded batches, one janitor at
+// a time across replicas, pausing between batches so live traffic keeps the
+// database.
+type Janitor struct {
+	store    Expirer
+	log      *slog.Logger
+	ttl      time.Duration
+	interval time.Duration
+	batch    int
+	pause    time.Duration
+	deleted  atomic.Int64
+}
+
+// NewJanitor returns a janitor deleting keys older than ttl every interval, in
+// batches of batch rows with pause between them.
+func NewJanitor(store Expirer, log *slog.Logger, ttl, interval time.Duration, batch int, pause time.Duration) *Janitor {
+	return &Janitor{store: store, log: log, ttl: ttl, interval: interval, batch: batch, pause: pause}
+}
+
+// Run sweeps every interval until ctx ends.
+func (j *Janitor) Run(ctx context.Context) {
+	t := time.NewTicker(j.interval)
+	defer t.Stop()
+	for {
+		j.Sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep deletes every expired key, batch by batch, and returns how many it
+// deleted. It stops early if another janitor is at work or ctx ends.
+func (j *Janitor) Sweep(ctx context.Context) int64 {
+	var total int64
+	for ctx.Err() == nil {
+		n, ran, err := j.store.DeleteExpiredKeys(ctx, j.ttl, j.batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				j.log.Warn("janitor: delete expired keys", "error", err)
+			}
+			break
+		}
+		total += n
+		j.deleted.Add(n)
+		if !ran || n < int64(j.batch) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(j.pause):
+		}
+	}
+	if total > 0 {
+		j.log.Info("janitor: expired idempotency keys deleted", "deleted", total)
+	}
+	return total
+}
+
+// Deleted reports how many keys this janitor has deleted.
+func (j *Janitor) Deleted() int64 { return j.deleted.Load() }
