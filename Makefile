@@ -25,6 +25,10 @@ run: ## Start PostgreSQL (Docker Compose or local), migrate, print a curl sessio
 test: ## Run every test, integration tests included, under the race detector
 	$(GO) test -race -count=1 -v $(TESTFLAGS) ./...
 
+.PHONY: bench
+bench: ## Load-test a scratch service against pg-reference; writes docs/benchmarks.md (BENCH_SECONDS=10)
+	GO=$(GO) ./scripts/bench.sh
+
 lint: ## Check formatting, go vet, golangci-lint (if installed) and the OpenAPI spec
 	@unformatted=$$(gofmt -l .) || exit 1; \
 	if [ -n "$$unformatted" ]; then \

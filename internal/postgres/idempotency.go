@@ -64,7 +64,10 @@ func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, op Oper
 }
 
 func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op Operation) (idempotency.Result, error) {
-	var res idempotency.Result
+	var (
+		res    idempotency.Result
+		events int
+	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// Twice at most: a key found expired is deleted and claimed afresh.
 		for range 2 {
@@ -73,7 +76,7 @@ func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op 
 				return err
 			}
 			if claimed {
-				res, err = execute(ctx, tx, req, op)
+				res, events, err = execute(ctx, tx, req, op)
 				res.StoredAt = storedAt
 				return err
 			}
@@ -84,19 +87,24 @@ func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op 
 		}
 		return errors.New("idempotency key vanished twice while being claimed")
 	})
+	if err == nil && events > 0 {
+		s.eventsCommitted()
+	}
 	return res, err
 }
 
-// execute runs op for a freshly claimed key and stores its response.
-func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op Operation) (idempotency.Result, error) {
-	resp, err := op(ctx, ledger{tx})
+// execute runs op for a freshly claimed key and stores its response. It
+// reports how many events op wrote.
+func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op Operation) (idempotency.Result, int, error) {
+	l := &ledger{q: tx}
+	resp, err := op(ctx, l)
 	if err != nil {
-		return idempotency.Result{}, err
+		return idempotency.Result{}, 0, err
 	}
 	if _, err := tx.Exec(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, resp.Body); err != nil {
-		return idempotency.Result{}, fmt.Errorf("store response: %w", err)
+		return idempotency.Result{}, 0, fmt.Errorf("store response: %w", err)
 	}
-	return idempotency.Result{Response: resp}, nil
+	return idempotency.Result{Response: resp}, l.events, nil
 }
 
 // replay answers req from the response stored under its key. It reports

@@ -21,14 +21,17 @@ type querier interface {
 }
 
 // ledger implements payment.Ledger inside one transaction.
-type ledger struct{ q querier }
+type ledger struct {
+	q      querier
+	events int // events written, so the commit can wake the relay
+}
 
 const createAccountSQL = `
 INSERT INTO accounts (merchant_id, id, currency, description, metadata)
 VALUES ($1, $2, $3, $4, $5)
 RETURNING created_at`
 
-func (l ledger) CreateAccount(ctx context.Context, merchantID uuid.UUID, in payment.NewAccount) (payment.Account, error) {
+func (l *ledger) CreateAccount(ctx context.Context, merchantID uuid.UUID, in payment.NewAccount) (payment.Account, error) {
 	a := payment.Account{
 		ID:          payment.NewID(),
 		MerchantID:  merchantID,
@@ -55,7 +58,7 @@ INSERT INTO deposits (merchant_id, id, account_id, amount, currency)
 SELECT $1, $4, $2, $3, currency FROM credited
 RETURNING currency, created_at`
 
-func (l ledger) Deposit(ctx context.Context, merchantID, accountID uuid.UUID, amount int64) (payment.Deposit, error) {
+func (l *ledger) Deposit(ctx context.Context, merchantID, accountID uuid.UUID, amount int64) (payment.Deposit, error) {
 	d := payment.Deposit{ID: payment.NewID(), AccountID: accountID, Amount: amount}
 	err := l.q.QueryRow(ctx, depositSQL, merchantID, accountID, amount, d.ID).Scan(&d.Currency, &d.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -89,7 +92,7 @@ VALUES ($1, $5, $2, $3, $4, 'failed', $6, $7, $8)
 RETURNING created_at`
 )
 
-func (l ledger) Charge(ctx context.Context, merchantID uuid.UUID, in payment.NewCharge) (payment.Charge, error) {
+func (l *ledger) Charge(ctx context.Context, merchantID uuid.UUID, in payment.NewCharge) (payment.Charge, error) {
 	c := payment.Charge{
 		ID:          payment.NewID(),
 		AccountID:   in.AccountID,
@@ -150,7 +153,7 @@ VALUES ($1, $5, $2, $4, $3, $6)
 RETURNING created_at`
 )
 
-func (l ledger) Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (payment.Refund, error) {
+func (l *ledger) Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (payment.Refund, error) {
 	var (
 		r                 = payment.Refund{ID: payment.NewID(), ChargeID: chargeID}
 		status            payment.ChargeStatus
@@ -185,7 +188,7 @@ VALUES ($1, $2, $3, $4, $5, $6)`
 
 // event writes the outbox row for a change, in the change's transaction. Its
 // payload is the object's public JSON.
-func (l ledger) event(ctx context.Context, merchantID uuid.UUID, aggregate string, aggregateID uuid.UUID, eventType string, object any) error {
+func (l *ledger) event(ctx context.Context, merchantID uuid.UUID, aggregate string, aggregateID uuid.UUID, eventType string, object any) error {
 	payload, err := json.Marshal(object)
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", eventType, err)
@@ -193,6 +196,7 @@ func (l ledger) event(ctx context.Context, merchantID uuid.UUID, aggregate strin
 	if _, err := l.q.Exec(ctx, insertEventSQL, merchantID, payment.NewID(), aggregate, aggregateID, eventType, payload); err != nil {
 		return fmt.Errorf("insert %s event: %w", eventType, err)
 	}
+	l.events++
 	return nil
 }
 

@@ -62,6 +62,12 @@ type Store struct {
 	pool *pgxpool.Pool
 	opts Options
 	auth authCache
+
+	// notify carries "events committed" to the notifier goroutine; its buffer
+	// of one folds a burst of commits into one NOTIFY.
+	notify       chan struct{}
+	stopNotifier context.CancelFunc
+	notifierDone chan struct{}
 }
 
 // Open connects to the database at databaseURL. It does not wait for the
@@ -81,11 +87,47 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	return &Store{pool: pool, opts: opts}, nil
+	s := &Store{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{})}
+	var notifierCtx context.Context
+	notifierCtx, s.stopNotifier = context.WithCancel(context.Background())
+	go s.notifier(notifierCtx)
+	return s, nil
 }
 
 // Close waits for connections in use to be released and closes the pool.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	s.stopNotifier()
+	<-s.notifierDone
+	s.pool.Close()
+}
+
+// eventsCommitted tells the relay, wherever it runs, that events committed.
+// It never blocks: a NOTIFY already pending covers this commit too.
+func (s *Store) eventsCommitted() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// notifier sends NOTIFY payments_events, once per burst of commits. The NOTIFY
+// runs in its own tiny transaction, after the business transactions: a NOTIFY
+// inside them would make their commits queue on a database-wide lock. If it is
+// lost (the process dies first), the relay's polling finds the events.
+func (s *Store) notifier(ctx context.Context) {
+	defer close(s.notifierDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.notify:
+		}
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel); err != nil && ctx.Err() == nil {
+			// The relay polls as well; an outage only delays it.
+			continue
+		}
+	}
+}
 
 // Pool exposes the connection pool for statistics and tests.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// client speaks the payments API as one merchant.
+type client struct {
+	baseURL string
+	auth    string // the Authorization header
+	http    *http.Client
+}
+
+// newClient returns a client whose connection pool keeps an idle connection for
+// every concurrent client, so the run measures requests, not TCP handshakes.
+func newClient(baseURL, apiKey string, clients int, timeout time.Duration) *client {
+	tr := &http.Transport{
+		Proxy:               nil, // traffic goes straight to the service under test
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        2 * clients,
+		MaxIdleConnsPerHost: 2 * clients,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &client{
+		baseURL: strings.TrimRight(baseURL, "/"),
+		auth:    "Bearer " + apiKey,
+		http:    &http.Client{Transport: tr, Timeout: timeout},
+	}
+}
+
+// answer is what the service said to one request.
+type answer struct {
+	status   int
+	replayed bool   // Idempotent-Replayed: true
+	location string // the Location header of a 201
+	body     []byte // kept only when asked for
+}
+
+// final reports whether the answer is a key's stored outcome, which every retry
+// with that key replays. Anything else (409 in use, 5xx, no answer) leaves the
+// key unsettled: a retry may still execute it.
+func (a answer) final() bool {
+	switch a.status {
+	case http.StatusCreated, http.StatusPaymentRequired, http.StatusNotFound, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
+}
+
+// chargeRequest is one charge as sent. A key always goes with the same body, so
+// a retry is the exact same request.
+type chargeRequest struct {
+	key     string
+	account string
+	amount  int64
+}
+
+func (r chargeRequest) body() []byte {
+	b := make([]byte, 0, 80)
+	b = append(b, `{"account_id":"`...)
+	b = append(b, r.account...)
+	b = append(b, `","amount":`...)
+	b = strconv.AppendInt(b, r.amount, 10)
+	return append(b, `,"currency":"USD"}`...)
+}
+
+// charge sends POST /v1/charges. The error is a transport failure; any HTTP
+// status is an answer.
+func (c *client) charge(ctx context.Context, r chargeRequest) (answer, error) {
+	return c.do(ctx, http.MethodPost, "/v1/charges", r.key, r.body(), false)
+}
+
+// createAccount opens a USD account and returns its id.
+func (c *client) createAccount(ctx context.Context, key string) (string, error) {
+	a, err := c.do(ctx, http.MethodPost, "/v1/accounts", key, []byte(`{"currency":"USD"}`), true)
+	if err != nil {
+		return "", err
+	}
+	if a.status != http.StatusCreated {
+		return "", &statusError{"POST /v1/accounts", a}
+	}
+	var acct struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(a.body, &acct); err != nil || acct.ID == "" {
+		return "", fmt.Errorf("POST /v1/accounts: no account id in %s", a.body)
+	}
+	return acct.ID, nil
+}
+
+// deposit funds account with amount.
+func (c *client) deposit(ctx context.Context, account, key string, amount int64) error {
+	body := []byte(`{"amount":` + strconv.FormatInt(amount, 10) + `}`)
+	a, err := c.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/deposits", key, body, true)
+	if err != nil {
+		return err
+	}
+	if a.status != http.StatusCreated {
+		return &statusError{"POST /v1/accounts/" + account + "/deposits", a}
+	}
+	return nil
+}
+
+// balance reads the account's current balance.
+func (c *client) balance(ctx context.Context, account string) (int64, error) {
+	a, err := c.do(ctx, http.MethodGet, "/v1/accounts/"+account, "", nil, true)
+	if err != nil {
+		return 0, err
+	}
+	if a.status != http.StatusOK {
+		return 0, &statusError{"GET /v1/accounts/" + account, a}
+	}
+	var acct struct {
+		Balance *int64 `json:"balance"`
+	}
+	if err := json.Unmarshal(a.body, &acct); err != nil || acct.Balance == nil {
+		return 0, fmt.Errorf("GET /v1/accounts/%s: no balance in %s", account, a.body)
+	}
+	return *acct.Balance, nil
+}
+
+// statusError is an answer other than the one a setup request expects.
+type statusError struct {
+	request string
+	answer  answer
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("%s: %d %s", e.request, e.answer.status, bytes.TrimSpace(e.answer.body))
+}
+
+// temporary reports whether the same request may succeed later: the key was
+// still in use, or the service failed and rolled back.
+func (e *statusError) temporary() bool {
+	return e.answer.status == http.StatusConflict || e.answer.status >= 500
+}
+
+// waitReady polls GET /readyz until it answers 200 or timeout passes.
+func (c *client) waitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		a, err := c.do(ctx, http.MethodGet, "/readyz", "", nil, false)
+		if err == nil && a.status == http.StatusOK {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("status %d", a.status)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("service at %s not ready after %s: %w", c.baseURL, timeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// do sends one request; key, when set, is the Idempotency-Key. The body of the
+// answer is read to the end either way, so the connection goes back to the pool.
+func (c *client) do(ctx context.Context, method, path, key string, body []byte, keepBody bool) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, bytes.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Authorization", c.auth)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	a := answer{
+		status:   resp.StatusCode,
+		replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+		location: resp.Header.Get("Location"),
+	}
+	if keepBody {
+		a.body, err = io.ReadAll(resp.Body)
+	} else {
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: read body: %w", method, path, err)
+	}
+	return a, nil
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// run is the whole program behind main, so tests can drive it against a fake
+// service. It returns an error when the setup fails or a scenario's balances do
+// not verify; the scenarios' reports are written to stdout either way.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the usage is printed
+	}
+	if err != nil {
+		return err
+	}
+	cl := newClient(cfg.baseURL, cfg.apiKey, cfg.clients, cfg.timeout)
+	if err := cl.waitReady(ctx, cfg.readyTimeout); err != nil {
+		return err
+	}
+	var failed []string
+	for _, name := range cfg.scenarios {
+		res, err := runScenario(ctx, cl, cfg, name)
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", name, err)
+		}
+		if cfg.json {
+			err = res.writeJSON(stdout)
+		} else {
+			err = res.writeText(stdout)
+		}
+		if err != nil {
+			return err
+		}
+		if !res.Verified {
+			failed = append(failed, name)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("balances do not match what succeeded in scenario %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// runScenario opens the scenario's accounts, prepares its workload, drives it
+// with the clock running, settles keys left without a final answer and
+// verifies every account's balance.
+func runScenario(ctx context.Context, cl *client, cfg config, name string) (result, error) {
+	prefix := "bench-" + cfg.runID + "-" + name + "-"
+	led := newLedger()
+	accounts, err := openAccounts(ctx, cl, cfg, prefix, led)
+	if err != nil {
+		return result{}, fmt.Errorf("open accounts: %w", err)
+	}
+	load, err := newWorkload(ctx, cl, cfg, name, prefix, accounts, led)
+	if err != nil {
+		return result{}, err
+	}
+	st := drive(ctx, cl, load, cfg, led)
+	if err := ctx.Err(); err != nil {
+		return result{}, err
+	}
+	settled, err := settle(ctx, cl, cfg.clients, led)
+	if err != nil {
+		return result{}, fmt.Errorf("settle: %w", err)
+	}
+	balances, err := fetchBalances(ctx, cl, cfg.clients, accounts)
+	if err != nil {
+		return result{}, fmt.Errorf("read balances: %w", err)
+	}
+	v := led.verify(balances)
+	return newResult(name, cfg.clients, st, settled, v), nil
+}
