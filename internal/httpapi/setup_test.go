@@ -130,6 +130,7 @@ func (f *fixture) do(req *http.Request) reply {
 	if resp.Header.Get(httpapi.RequestIDHeader) == "" {
 		f.t.Errorf("%s %s: no %s header", req.Method, req.URL.Path, httpapi.RequestIDHeader)
 	}
+	checkContract(f.t, req, resp, body)
 	return reply{status: resp.StatusCode, header: resp.Header, body: body}
 }
 
