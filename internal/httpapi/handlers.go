@@ -10,7 +10,9 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"payments/internal/idempotency"
 	"payments/internal/payment"
+	"payments/internal/postgres"
 )
 
 type accountRequest struct {
@@ -115,20 +117,34 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+	// The charge as it will be if the account covers it, rendered up front so
+	// the claim, the charge and its event take one statement.
+	planned := nc.Plan()
+	success, err := chargeCreated(planned)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st := func(ctx context.Context, l payment.Ledger) (response, error) {
 		c, err := l.Charge(ctx, req.MerchantID, nc)
 		if err != nil {
 			return response{}, naming(err, "account", in.AccountID)
 		}
-		id := payment.FormatID(payment.PrefixCharge, c.ID)
 		if c.Status == payment.ChargeFailed {
 			p := newProblem(probInsufficientFunds, fmt.Sprintf("the balance of account %s does not cover %d %s",
 				payment.FormatID(payment.PrefixAccount, c.AccountID), c.Amount, c.Currency))
-			p.ChargeID = id
+			p.ChargeID = payment.FormatID(payment.PrefixCharge, c.ID)
 			return p.response(), nil
 		}
-		return created("/v1/charges/"+id, c)
+		return chargeCreated(c)
+	}
+	s.executeWith(w, r, req, st, func(ctx context.Context, op postgres.Operation) (idempotency.Result, error) {
+		return s.backend.IdempotentCharge(ctx, req, planned, success, op)
 	})
+}
+
+func chargeCreated(c payment.Charge) (response, error) {
+	return created("/v1/charges/"+payment.FormatID(payment.PrefixCharge, c.ID), c)
 }
 
 func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {

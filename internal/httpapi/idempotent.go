@@ -7,6 +7,7 @@ import (
 
 	"payments/internal/idempotency"
 	"payments/internal/payment"
+	"payments/internal/postgres"
 )
 
 // step is a POST's business step: it runs in the transaction that claimed the
@@ -21,6 +22,15 @@ type step func(ctx context.Context, l payment.Ledger) (response, error)
 // unexpected error or an outage rolls everything back, key included, so the
 // retry executes cleanly.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step) {
+	s.executeWith(w, r, req, st, func(ctx context.Context, op postgres.Operation) (idempotency.Result, error) {
+		return s.backend.Idempotent(ctx, req, op)
+	})
+}
+
+// executeWith is execute with the store call chosen by the caller, for the
+// charge's fast path.
+func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step,
+	store func(context.Context, postgres.Operation) (idempotency.Result, error)) {
 	op := func(ctx context.Context, l payment.Ledger) (response, error) {
 		resp, err := st(ctx, l)
 		if err == nil {
@@ -32,7 +42,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency
 		return response{}, err
 	}
 	res, err := s.opts.Guard.Do(r.Context(), req, func(ctx context.Context) (idempotency.Result, error) {
-		return s.backend.Idempotent(ctx, req, op)
+		return store(ctx, op)
 	})
 	switch {
 	case err != nil:

@@ -209,8 +209,8 @@ func TestOperationalEndpoints(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodDelete, f.url+"/v1/charges", nil)
 	req.Header.Set("Authorization", "Bearer "+f.apiKey)
-	if r := f.do(req); r.status != http.StatusMethodNotAllowed || r.code(t) != "method-not-allowed" {
-		t.Errorf("DELETE /v1/charges = %d %s", r.status, r.body)
+	if r := f.do(req); r.status != http.StatusMethodNotAllowed || r.code(t) != "method-not-allowed" || r.header.Get("Allow") != "GET, POST" {
+		t.Errorf("DELETE /v1/charges = %d %s, Allow %q", r.status, r.body, r.header.Get("Allow"))
 	}
 	req, _ = http.NewRequest(http.MethodGet, f.url+"/healthz", nil)
 	req.Header.Set("X-Request-Id", "trace-123")

@@ -131,9 +131,8 @@ func TestConcurrentRefundsNeverExceedTheCharge(t *testing.T) {
 	f.checkLedger(acct)
 }
 
-// TestRolledBackTransactionLeavesNoEvent fails the very last step of a charge's
-// transaction, storing the response, after the charge and its event are
-// written: neither may survive.
+// TestRolledBackTransactionLeavesNoEvent fails a charge's transaction right
+// after its event is written: neither the event nor the charge may survive.
 func TestRolledBackTransactionLeavesNoEvent(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(o *setupOptions) { o.databaseURL = pgtest.NewDatabase(t) })
@@ -143,7 +142,7 @@ func TestRolledBackTransactionLeavesNoEvent(t *testing.T) {
 	if _, err := f.db.Exec(ctx, `
 CREATE FUNCTION inject_fault() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'injected fault'; END $$;
-CREATE TRIGGER inject_fault BEFORE UPDATE ON idempotency_keys FOR EACH ROW EXECUTE FUNCTION inject_fault();`); err != nil {
+CREATE TRIGGER inject_fault AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION inject_fault();`); err != nil {
 		t.Fatal(err)
 	}
 	key := uuid.NewString()
@@ -156,7 +155,10 @@ CREATE TRIGGER inject_fault BEFORE UPDATE ON idempotency_keys FOR EACH ROW EXECU
 	if f.charges() != 0 || f.balance(acct) != 1000 {
 		t.Errorf("%d charges, balance %d after the rollback", f.charges(), f.balance(acct))
 	}
-	if _, err := f.db.Exec(ctx, `DROP TRIGGER inject_fault ON idempotency_keys`); err != nil {
+	if f.keys() != 2 {
+		t.Errorf("%d keys after the rollback, want 2 (the account's and the deposit's)", f.keys())
+	}
+	if _, err := f.db.Exec(ctx, `DROP TRIGGER inject_fault ON events`); err != nil {
 		t.Fatal(err)
 	}
 	if r := f.post("/v1/charges", key, chargeBody(acct, 300)); r.status != http.StatusCreated {

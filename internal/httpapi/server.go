@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -32,6 +33,9 @@ type Backend interface {
 	Authenticate(ctx context.Context, apiKey string) (uuid.UUID, error)
 	// Idempotent runs op at most once per (merchant, key); see postgres.Store.Idempotent.
 	Idempotent(ctx context.Context, req idempotency.Request, op postgres.Operation) (idempotency.Result, error)
+	// IdempotentCharge is Idempotent with a one-statement path for a charge
+	// that succeeds; see postgres.Store.IdempotentCharge.
+	IdempotentCharge(ctx context.Context, req idempotency.Request, planned payment.Charge, success idempotency.Response, op postgres.Operation) (idempotency.Result, error)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 }
@@ -67,6 +71,14 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 		s.writeProblem(w, newProblem(probNotFound, "no route for "+r.Method+" "+r.URL.Path))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		// chi's own 405 handler sets Allow; a custom one must (RFC 9110 15.5.6).
+		var allowed []string
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if s.router.Match(chi.NewRouteContext(), m, r.URL.Path) {
+				allowed = append(allowed, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		s.writeProblem(w, newProblem(probMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path))
 	})
 

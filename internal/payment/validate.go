@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -79,4 +80,21 @@ func validateFreeForm(description *string, metadata map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// Plan returns the charge this request creates if the account covers it: its
+// id and creation time are chosen up front, so the answer and the event can be
+// rendered before the one statement that records them.
+func (n NewCharge) Plan() Charge {
+	return Charge{
+		ID:          NewID(),
+		AccountID:   n.AccountID,
+		Amount:      n.Amount,
+		Currency:    n.Currency,
+		Status:      ChargeSucceeded,
+		Description: n.Description,
+		Metadata:    nonNil(n.Metadata),
+		// PostgreSQL keeps microseconds; so does the rendered time.
+		CreatedAt: time.Now().UTC().Truncate(time.Microsecond),
+	}
 }

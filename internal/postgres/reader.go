@@ -22,7 +22,7 @@ FROM accounts WHERE merchant_id = $1 AND id = $2`
 SELECT id, account_id, amount, currency, created_at
 FROM deposits WHERE merchant_id = $1 AND account_id = $2 AND id = $3`
 
-	chargeSQL = `SELECT ` + chargeColumns + ` FROM charges WHERE merchant_id = $1 AND id = $2`
+	chargeByIDSQL = `SELECT ` + chargeColumns + ` FROM charges WHERE merchant_id = $1 AND id = $2`
 )
 
 // Account returns the merchant's account with its current balance, or
@@ -44,7 +44,7 @@ func (s *Store) Deposit(ctx context.Context, merchantID, accountID, id uuid.UUID
 
 // Charge returns the merchant's charge, or payment.ErrNotFound.
 func (s *Store) Charge(ctx context.Context, merchantID, id uuid.UUID) (payment.Charge, error) {
-	c, err := scanCharge(s.pool.QueryRow(ctx, chargeSQL, merchantID, id))
+	c, err := scanCharge(s.pool.QueryRow(ctx, chargeByIDSQL, merchantID, id))
 	return c, readErr("charge", err)
 }
 
