@@ -20,6 +20,7 @@ import (
 	"payments/internal/docs"
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
+	"payments/internal/metrics"
 	"payments/internal/postgres"
 	"payments/migrations"
 )
@@ -27,11 +28,21 @@ import (
 // serve runs the HTTP API until ctx is cancelled, then drains in-flight
 // requests for up to ShutdownTimeout.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, log, store, err := open(ctx, "serve", args, getenv, stderr)
+	m := metrics.New()
+	cfg, log, store, err := open(ctx, "serve", args, getenv, stderr, m)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	m.Pool(store.Pool())
+	m.Backlog(store.Backlog)
+	guard := idempotency.NewGuard(cfg.CacheSize, cfg.IdempotencyTTL)
+	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
+		func() float64 { h, _ := guard.Cache().Stats(); return float64(h) })
+	m.GaugeFunc("payments_idempotency_cache_entries", "Completed responses held in the cache.",
+		func() float64 { return float64(guard.Cache().Len()) })
+	m.GaugeFunc("payments_idempotency_keys_in_flight", "Keys executing in this process (coalescing leaders).",
+		func() float64 { return float64(guard.InFlight()) })
 	if err := store.Ping(ctx); err != nil {
 		// Start anyway: /readyz reports the database, and requests answer 503
 		// until it is back.
@@ -39,11 +50,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 
 	api := httpapi.New(store, log, httpapi.Options{
-		Spec:  payments.OpenAPI,
-		Docs:  docs.Handler("/openapi.yaml"),
-		Guard: idempotency.NewGuard(cfg.CacheSize, cfg.IdempotencyTTL),
+		Spec:    payments.OpenAPI,
+		Docs:    docs.Handler("/openapi.yaml"),
+		Guard:   guard,
+		Metrics: m,
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
+	m.CounterFunc("payments_janitor_deleted_keys_total", "Expired idempotency keys deleted by this process's janitor.",
+		func() float64 { return float64(janitor.Deleted()) })
 	janitorCtx, stopJanitor := context.WithCancel(context.WithoutCancel(ctx))
 	janitorDone := make(chan struct{})
 	go func() { defer close(janitorDone); janitor.Run(janitorCtx) }()
@@ -68,6 +82,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return err
 		}
 		defer nc.Close()
+		m.CounterFunc("payments_relay_published_total", "Events the broker stored.", func() float64 { return float64(r.Stats.Published.Load()) })
+		m.CounterFunc("payments_relay_duplicates_total", "Republished events the broker recognised.", func() float64 { return float64(r.Stats.Duplicates.Load()) })
+		m.CounterFunc("payments_relay_pruned_total", "Published events pruned after the retention.", func() float64 { return float64(r.Stats.Pruned.Load()) })
+		m.GaugeFunc("payments_relay_leader", "1 while this process's relay leads.", func() float64 {
+			if r.Stats.Leader.Load() {
+				return 1
+			}
+			return 0
+		})
 		relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 		relayDone := make(chan error, 1)
 		go func() { relayDone <- r.Run(relayCtx) }()

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"payments/internal/consumer"
+	"payments/internal/metrics"
 	"payments/internal/postgres"
 	"payments/internal/relay"
 )
@@ -46,7 +47,7 @@ func newRelay(cfg config, store *postgres.Store, log *slog.Logger) (*relay.Relay
 
 // relayOnly runs the outbox relay alone until ctx ends.
 func relayOnly(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, log, store, err := open(ctx, "relay", args, getenv, stderr)
+	cfg, log, store, err := open(ctx, "relay", args, getenv, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -62,7 +63,7 @@ func relayOnly(ctx context.Context, args []string, getenv func(string) string, s
 
 // consume runs the worked-example consumer until ctx ends.
 func consume(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, log, store, err := open(ctx, "consume", args, getenv, stderr)
+	cfg, log, store, err := open(ctx, "consume", args, getenv, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -81,16 +82,18 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 // open reads the configuration and opens the store, the start every
-// long-running command shares.
-func open(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer) (config, *slog.Logger, *postgres.Store, error) {
+// long-running command shares. m, if not nil, counts expired keys.
+func open(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, m *metrics.Metrics) (config, *slog.Logger, *postgres.Store, error) {
 	cfg, err := loadConfig(name, args, getenv, stderr)
 	if err != nil {
 		return config{}, nil, nil, err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{
-		MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL,
-	})
+	opts := postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL}
+	if m != nil {
+		opts.OnExpired = func() { m.Idempotency(metrics.OutcomeExpired) }
+	}
+	store, err := postgres.Open(ctx, cfg.DatabaseURL, opts)
 	if err != nil {
 		return config{}, nil, nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
 	}

@@ -102,7 +102,7 @@ func TestKeyReusedForAnotherRequestIsRefused(t *testing.T) {
 	if n := f.charges(); n != 1 {
 		t.Errorf("%d charges, want 1", n)
 	}
-	if !strings.Contains(f.logs.String(), `"outcome":"idempotency-key-reused"`) {
+	if !strings.Contains(f.logs.String(), `"outcome":"mismatch"`) {
 		t.Error("no audit line for the mismatch")
 	}
 }

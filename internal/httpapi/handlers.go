@@ -138,9 +138,16 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		}
 		return chargeCreated(c)
 	}
-	s.executeWith(w, r, req, st, func(ctx context.Context, op postgres.Operation) (idempotency.Result, error) {
+	res := s.executeWith(w, r, req, st, func(ctx context.Context, op postgres.Operation) (idempotency.Result, error) {
 		return s.backend.IdempotentCharge(ctx, req, planned, success, op)
 	})
+	switch {
+	case res.Replayed:
+	case res.Status == http.StatusCreated:
+		s.opts.Metrics.Charge(string(payment.ChargeSucceeded))
+	case res.Status == http.StatusPaymentRequired:
+		s.opts.Metrics.Charge(string(payment.ChargeFailed))
+	}
 }
 
 func chargeCreated(c payment.Charge) (response, error) {

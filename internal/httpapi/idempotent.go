@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"payments/internal/idempotency"
+	"payments/internal/metrics"
 	"payments/internal/payment"
 	"payments/internal/postgres"
 )
@@ -22,15 +23,16 @@ type step func(ctx context.Context, l payment.Ledger) (response, error)
 // unexpected error or an outage rolls everything back, key included, so the
 // retry executes cleanly.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step) {
-	s.executeWith(w, r, req, st, func(ctx context.Context, op postgres.Operation) (idempotency.Result, error) {
+	_ = s.executeWith(w, r, req, st, func(ctx context.Context, op postgres.Operation) (idempotency.Result, error) {
 		return s.backend.Idempotent(ctx, req, op)
 	})
 }
 
 // executeWith is execute with the store call chosen by the caller, for the
-// charge's fast path.
+// charge's fast path. It returns the result it answered with (zero after an
+// error), so the caller can count what happened.
 func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step,
-	store func(context.Context, postgres.Operation) (idempotency.Result, error)) {
+	store func(context.Context, postgres.Operation) (idempotency.Result, error)) idempotency.Result {
 	op := func(ctx context.Context, l payment.Ledger) (response, error) {
 		resp, err := st(ctx, l)
 		if err == nil {
@@ -44,23 +46,32 @@ func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempot
 	res, err := s.opts.Guard.Do(r.Context(), req, func(ctx context.Context) (idempotency.Result, error) {
 		return store(ctx, op)
 	})
-	switch {
+	switch p, _ := problemFor(err); {
+	case err != nil && p == probKeyReused:
+		s.audit(r, req, metrics.OutcomeMismatch)
+		s.fail(w, r, err)
+	case err != nil && p == probKeyInUse:
+		s.audit(r, req, metrics.OutcomeInUse)
+		s.fail(w, r, err)
 	case err != nil:
-		if p, ok := problemFor(err); ok && (p == probKeyReused || p == probKeyInUse) {
-			s.audit(r, req, p.slug)
-		}
 		s.fail(w, r, err)
 	case res.Replayed:
-		s.audit(r, req, "replayed")
+		s.audit(r, req, metrics.OutcomeReplayed)
 		writeResponse(w, res.Response, true)
 	default:
+		s.opts.Metrics.Idempotency(metrics.OutcomeClaimed)
 		writeResponse(w, res.Response, false)
 	}
+	if err != nil {
+		return idempotency.Result{}
+	}
+	return res
 }
 
-// audit records what happened to a known key: its merchant and a hash of the
-// key, never the key itself.
+// audit records what happened to a known key, in the log (its merchant and a
+// hash of the key, never the key itself) and in the metrics.
 func (s *Server) audit(r *http.Request, req idempotency.Request, outcome string) {
+	s.opts.Metrics.Idempotency(outcome)
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "idempotency",
 		slog.String("request_id", requestIDFrom(r.Context())),
 		slog.String("merchant_id", req.MerchantID.String()),

@@ -191,6 +191,38 @@ func TestAccountsAndDeposits(t *testing.T) {
 	}
 }
 
+// TestMetrics: a charge, its replay and a refused reuse show in /metrics, and
+// no raw key becomes a label.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	key := "metrics-key-" + uuid.NewString()
+	f.post("/v1/charges", key, chargeBody(acct, 10))
+	f.post("/v1/charges", key, chargeBody(acct, 10))
+	f.post("/v1/charges", key, chargeBody(acct, 11))
+	f.post("/v1/charges", uuid.NewString(), chargeBody(acct, 5000))
+
+	req, _ := http.NewRequest(http.MethodGet, f.url+"/metrics", nil)
+	r := f.do(req)
+	body := string(r.body)
+	for _, want := range []string{
+		`payments_charges_total{status="succeeded"}`,
+		`payments_charges_total{status="failed"}`,
+		`payments_idempotency_outcomes_total{outcome="replayed"}`,
+		`payments_idempotency_outcomes_total{outcome="mismatch"}`,
+		`payments_http_request_duration_seconds_bucket{method="POST",route="/v1/charges",status="201"`,
+		`go_goroutines`,
+	} {
+		if r.status != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, key) || strings.Contains(body, acct) {
+		t.Error("a key or an id became a metric label")
+	}
+}
+
 func TestOperationalEndpoints(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"payments/internal/idempotency"
+	"payments/internal/metrics"
 	"payments/internal/payment"
 	"payments/internal/postgres"
 )
@@ -49,6 +50,9 @@ type Options struct {
 	// Guard coalesces concurrent requests per key and caches completed
 	// responses; nil gives one with no cache.
 	Guard *idempotency.Guard
+	// Metrics records requests and outcomes and is served at /metrics; nil
+	// gives a fresh set.
+	Metrics *metrics.Metrics
 }
 
 // Server routes and answers HTTP requests.
@@ -63,6 +67,9 @@ type Server struct {
 func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	if opts.Guard == nil {
 		opts.Guard = idempotency.NewGuard(0, 0)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
 	}
 	s := &Server{backend: backend, log: log, opts: opts}
 	r := chi.NewRouter()
@@ -84,6 +91,7 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
+	r.Method(http.MethodGet, "/metrics", opts.Metrics.Handler())
 	r.Get("/openapi.yaml", s.spec)
 	r.Get("/problems/{slug}", s.problemDoc)
 	if opts.Docs != nil {
@@ -152,6 +160,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 		route := chi.RouteContext(r.Context()).RoutePattern()
+		s.opts.Metrics.Request(route, r.Method, ww.Status(), time.Since(start))
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", requestIDFrom(r.Context())),
 			slog.String("method", r.Method),

@@ -130,6 +130,9 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) 
 		if _, err := tx.Exec(ctx, deleteExpiredKeySQL, req.MerchantID, req.Key, s.opts.KeyTTL); err != nil {
 			return idempotency.Result{}, false, fmt.Errorf("delete expired key: %w", err)
 		}
+		if s.opts.OnExpired != nil {
+			s.opts.OnExpired()
+		}
 		return idempotency.Result{}, false, nil
 	case status == nil || len(stored) != len(req.Fingerprint):
 		// Cannot happen: the row and its response commit together.

@@ -42,6 +42,8 @@ type Options struct {
 	// KeyTTL is how long idempotency keys are kept (default 24h). An older key
 	// that the janitor has not yet removed is treated as absent.
 	KeyTTL time.Duration
+	// OnExpired, if set, is called when a request finds its key expired.
+	OnExpired func()
 }
 
 func (o Options) withDefaults() Options {

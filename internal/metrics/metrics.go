@@ -1,0 +1,124 @@
+// Package metrics exposes the service's Prometheus metrics: HTTP requests,
+// idempotency outcomes, charges, the connection pool, the outbox and the
+// janitor. Raw keys never become labels; labels have a small fixed set of
+// values.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics records what the API does. Its methods are safe for concurrent use.
+type Metrics struct {
+	reg         *prometheus.Registry
+	requests    *prometheus.HistogramVec
+	idempotency *prometheus.CounterVec
+	charges     *prometheus.CounterVec
+}
+
+// Idempotency outcomes, the values of the outcome label.
+const (
+	OutcomeClaimed  = "claimed"  // executed under a fresh key
+	OutcomeReplayed = "replayed" // answered from a stored response
+	OutcomeMismatch = "mismatch" // the key was used for another request
+	OutcomeInUse    = "in_use"   // the key was still being processed past the wait bound
+	OutcomeExpired  = "expired"  // a key past its retention was found and forgotten
+)
+
+// New returns metrics registered on a fresh registry, with the Go runtime and
+// process collectors.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		reg: reg,
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "payments_http_request_duration_seconds",
+			Help:    "HTTP request duration by route pattern, method and status.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route", "method", "status"}),
+		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payments_idempotency_outcomes_total",
+			Help: "Requests by what their Idempotency-Key meant: claimed, replayed, mismatch, in_use, expired.",
+		}, []string{"outcome"}),
+		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payments_charges_total",
+			Help: "Charges executed (replays not counted) by status: succeeded, failed.",
+		}, []string{"status"}),
+	}
+	reg.MustRegister(m.requests, m.idempotency, m.charges)
+	for _, o := range []string{OutcomeClaimed, OutcomeReplayed, OutcomeMismatch, OutcomeInUse, OutcomeExpired} {
+		m.idempotency.WithLabelValues(o)
+	}
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Request records one HTTP request. route is the route pattern, never the raw
+// path, so ids do not become labels.
+func (m *Metrics) Request(route, method string, status int, d time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Observe(d.Seconds())
+}
+
+// Idempotency records what a request's key meant.
+func (m *Metrics) Idempotency(outcome string) { m.idempotency.WithLabelValues(outcome).Inc() }
+
+// Charge records an executed charge by its status.
+func (m *Metrics) Charge(status string) { m.charges.WithLabelValues(status).Inc() }
+
+// CounterFunc registers a counter read from f at each scrape.
+func (m *Metrics) CounterFunc(name, help string, f func() float64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+}
+
+// GaugeFunc registers a gauge read from f at each scrape.
+func (m *Metrics) GaugeFunc(name, help string, f func() float64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+}
+
+// Pool registers the connection pool's statistics.
+func (m *Metrics) Pool(pool *pgxpool.Pool) {
+	stat := func(f func(*pgxpool.Stat) float64) func() float64 { return func() float64 { return f(pool.Stat()) } }
+	m.GaugeFunc("payments_db_pool_acquired_conns", "Connections in use.", stat(func(s *pgxpool.Stat) float64 { return float64(s.AcquiredConns()) }))
+	m.GaugeFunc("payments_db_pool_idle_conns", "Idle connections.", stat(func(s *pgxpool.Stat) float64 { return float64(s.IdleConns()) }))
+	m.GaugeFunc("payments_db_pool_total_conns", "Open connections.", stat(func(s *pgxpool.Stat) float64 { return float64(s.TotalConns()) }))
+	m.GaugeFunc("payments_db_pool_max_conns", "The pool's size.", stat(func(s *pgxpool.Stat) float64 { return float64(s.MaxConns()) }))
+	m.CounterFunc("payments_db_pool_acquires_total", "Connections acquired.", stat(func(s *pgxpool.Stat) float64 { return float64(s.AcquireCount()) }))
+	m.CounterFunc("payments_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", stat(func(s *pgxpool.Stat) float64 { return float64(s.EmptyAcquireCount()) }))
+	m.CounterFunc("payments_db_pool_acquire_wait_seconds_total", "Time spent waiting for connections.", stat(func(s *pgxpool.Stat) float64 { return s.AcquireDuration().Seconds() }))
+}
+
+// Backlog registers the outbox backlog, read with backlog (bounded to a
+// second per scrape).
+func (m *Metrics) Backlog(backlog func(context.Context) (int64, time.Duration, error)) {
+	read := func(pick func(int64, time.Duration) float64) func() float64 {
+		return func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			n, age, err := backlog(ctx)
+			if err != nil {
+				return -1
+			}
+			return pick(n, age)
+		}
+	}
+	m.GaugeFunc("payments_outbox_backlog_events", "Events not yet published (-1: the database did not answer).",
+		read(func(n int64, _ time.Duration) float64 { return float64(n) }))
+	m.GaugeFunc("payments_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished event: the publish lag.",
+		read(func(_ int64, age time.Duration) float64 { return age.Seconds() }))
+}
