@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -449,5 +450,55 @@ func TestExpiredKeyExecutesAsNew(t *testing.T) {
 	}
 	if f.charges() != 2 || f.balance(acct) != 800 || f.keys() != 3 {
 		t.Errorf("%d charges (want 2), balance %d (want 800), %d keys (want 3)", f.charges(), f.balance(acct), f.keys())
+	}
+}
+
+// TestLargeResponsesAreStoredCompressed: a response over 1 KiB is kept
+// zstd-compressed and still replays byte for byte, on the charge's fast path
+// and on the general path alike.
+func TestLargeResponsesAreStoredCompressed(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(o *setupOptions) { o.cacheSize = 0 }) // replays must come from the table
+	var meta []string
+	for i := range 50 {
+		meta = append(meta, fmt.Sprintf(`"key_%02d":"%s"`, i, strings.Repeat("v", 40)))
+	}
+	metadata := `"metadata":{` + strings.Join(meta, ",") + `}`
+
+	acctKey := uuid.NewString()
+	acctBody := `{"currency":"USD",` + metadata + `}`
+	first := f.post("/v1/accounts", acctKey, acctBody)
+	acct, _ := first.json(t)["id"].(string)
+	f.post("/v1/accounts/"+acct+"/deposits", uuid.NewString(), `{"amount":1000}`)
+	chargeKey := uuid.NewString()
+	chargeReq := `{"account_id":"` + acct + `","amount":10,"currency":"USD",` + metadata + `}`
+	charge := f.post("/v1/charges", chargeKey, chargeReq)
+
+	for _, c := range []struct {
+		name, path, key, body string
+		first                 reply
+	}{
+		{"account (general path)", "/v1/accounts", acctKey, acctBody, first},
+		{"charge (fast path)", "/v1/charges", chargeKey, chargeReq, charge},
+	} {
+		if c.first.status != http.StatusCreated || len(c.first.body) <= 1024 {
+			t.Fatalf("%s: %d, %d bytes; want a 201 over 1 KiB", c.name, c.first.status, len(c.first.body))
+		}
+		var encoding *string
+		var stored int
+		if err := f.db.QueryRow(context.Background(), `SELECT body_encoding, octet_length(body) FROM idempotency_keys WHERE merchant_id = $1 AND key = $2`,
+			f.merchantID, c.key).Scan(&encoding, &stored); err != nil {
+			t.Fatal(err)
+		}
+		if encoding == nil || *encoding != "zstd" || stored >= len(c.first.body) {
+			t.Errorf("%s: stored %d bytes with encoding %v for a %d-byte body", c.name, stored, encoding, len(c.first.body))
+		}
+		again := f.post(c.path, c.key, c.body)
+		if !bytes.Equal(again.body, c.first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("%s: the replay differs from the original", c.name)
+		}
+	}
+	if f.balance(acct) != 990 {
+		t.Errorf("balance %d, want 990", f.balance(acct))
 	}
 }

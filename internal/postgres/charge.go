@@ -36,8 +36,8 @@ WITH debit AS (
     WHERE merchant_id = $1 AND id = $7 AND currency = $9 AND balance >= $8
     RETURNING id
 ), claim AS (
-    INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body)
-    SELECT $1, $2, $3, $4, $5, $6 FROM debit
+    INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding)
+    SELECT $1, $2, $3, $4, $5, $6, $15 FROM debit
     ON CONFLICT (merchant_id, key) DO NOTHING
     RETURNING created_at
 ), charge AS (
@@ -46,7 +46,7 @@ WITH debit AS (
     RETURNING id
 ), event AS (
     INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload, created_at)
-    SELECT $1, $14, 'charge', id, 'charge.succeeded', convert_from($6, 'UTF8')::jsonb, $13 FROM charge
+    SELECT $1, $14, 'charge', id, 'charge.succeeded', $16::jsonb, $13 FROM charge
 )
 SELECT CASE WHEN EXISTS (SELECT FROM debit) THEN 1 / (SELECT count(*)::int FROM claim) END,
        (SELECT created_at FROM claim)`
@@ -96,9 +96,11 @@ func (s *Store) chargeFast(ctx context.Context, req idempotency.Request, c payme
 		check     *int32
 		claimedAt *time.Time
 	)
+	body, encoding := encodeBody(success.Body)
 	err = conn.QueryRow(ctx, chargeSQL,
-		req.MerchantID, req.Key, req.Fingerprint[:], success.Status, success.Location, success.Body,
+		req.MerchantID, req.Key, req.Fingerprint[:], success.Status, success.Location, body,
 		c.AccountID, c.Amount, c.Currency, c.ID, c.Description, c.Metadata, c.CreatedAt, payment.NewID(),
+		encoding, string(success.Body),
 	).Scan(&check, &claimedAt)
 	switch {
 	case waitedForKey(err):

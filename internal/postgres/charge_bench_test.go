@@ -19,12 +19,12 @@ import (
 // It exists only to price the claim.
 var chargeWithoutClaimSQL = strings.NewReplacer(
 	`), claim AS (
-    INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body)
-    SELECT $1, $2, $3, $4, $5, $6 FROM debit
+    INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding)
+    SELECT $1, $2, $3, $4, $5, $6, $15 FROM debit
     ON CONFLICT (merchant_id, key) DO NOTHING
     RETURNING created_at
 ), charge AS (`, `), claim AS (
-    SELECT now() AS created_at, $2::text, $3::bytea, $4::int, $5::text FROM debit
+    SELECT now() AS created_at, $2::text, $3::bytea, $4::int, $5::text, $6::bytea, $15::text FROM debit
 ), charge AS (`,
 ).Replace(chargeSQL)
 
@@ -77,6 +77,7 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 					err := s.pool.QueryRow(context.Background(), v.sql,
 						merchant, uuid.NewString(), fp[:], 201, "/v1/charges/x", body,
 						c.AccountID, c.Amount, c.Currency, c.ID, c.Description, c.Metadata, c.CreatedAt, payment.NewID(),
+						nil, string(body),
 					).Scan(&check, &claimed)
 					if err != nil {
 						b.Error(err)

@@ -30,7 +30,7 @@ ON CONFLICT (merchant_id, key) DO NOTHING
 RETURNING created_at`
 
 	lookupKeySQL = `
-SELECT fingerprint, status, coalesce(location, ''), body, created_at, created_at < now() - $3::interval
+SELECT fingerprint, status, coalesce(location, ''), body, body_encoding, created_at, created_at < now() - $3::interval
 FROM idempotency_keys
 WHERE merchant_id = $1 AND key = $2`
 
@@ -40,7 +40,7 @@ WHERE merchant_id = $1 AND key = $2 AND created_at < now() - $3::interval`
 
 	storeResponseSQL = `
 UPDATE idempotency_keys
-SET status = $3, location = nullif($4, ''), body = $5
+SET status = $3, location = nullif($4, ''), body = $5, body_encoding = $6
 WHERE merchant_id = $1 AND key = $2`
 )
 
@@ -101,7 +101,8 @@ func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op Operati
 	if err != nil {
 		return idempotency.Result{}, 0, err
 	}
-	if _, err := tx.Exec(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, resp.Body); err != nil {
+	body, encoding := encodeBody(resp.Body)
+	if _, err := tx.Exec(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, body, encoding); err != nil {
 		return idempotency.Result{}, 0, fmt.Errorf("store response: %w", err)
 	}
 	return idempotency.Result{Response: resp}, l.events, nil
@@ -116,11 +117,12 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) 
 		stored   []byte
 		resp     idempotency.Response
 		status   *int32
+		encoding *string
 		storedAt time.Time
 		expired  bool
 	)
 	err = tx.QueryRow(ctx, lookupKeySQL, req.MerchantID, req.Key, s.opts.KeyTTL).
-		Scan(&stored, &status, &resp.Location, &resp.Body, &storedAt, &expired)
+		Scan(&stored, &status, &resp.Location, &resp.Body, &encoding, &storedAt, &expired)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return idempotency.Result{}, false, nil
@@ -139,6 +141,9 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) 
 		return idempotency.Result{}, false, errors.New("stored idempotency key has no response")
 	}
 	resp.Status = int(*status)
+	if resp.Body, err = decodeBody(resp.Body, encoding); err != nil {
+		return idempotency.Result{}, false, err
+	}
 	res, err = idempotency.Replay(req, idempotency.Fingerprint(stored), resp)
 	res.StoredAt = storedAt
 	return res, true, err
