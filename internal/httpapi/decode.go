@@ -77,6 +77,14 @@ func checkContentType(ct string) (problem, bool) {
 // decodeStrict decodes one JSON object into dst, refusing unknown fields and
 // wrong types with a detail that names the field.
 func decodeStrict(body []byte, dst any) (problem, bool) {
+	// encoding/json matches member names case-insensitively, so {"amount":5,
+	// "Amount":6} would decode by member order while its canonical form (and
+	// so the fingerprint) ignores that order. Only exact names are accepted.
+	if name, ok := inexactMember(body, dst); !ok {
+		p := newProblem(probInvalidRequest, fmt.Sprintf("unknown field %q (names are case-sensitive)", name))
+		p.Field = name
+		return p, false
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
@@ -101,6 +109,30 @@ func decodeStrict(body []byte, dst any) (problem, bool) {
 		p.Detail = "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")
 	}
 	return p, false
+}
+
+// inexactMember returns the first top-level member of a JSON object body whose
+// name is not exactly one of dst's fields, and false. Anything but an object
+// passes, for the decoder to refuse with its own message.
+func inexactMember(body []byte, dst any) (string, bool) {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return "", true
+	}
+	t := reflect.TypeOf(dst).Elem()
+	for name := range members {
+		known := false
+		for i := range t.NumField() {
+			if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == name {
+				known = true
+				break
+			}
+		}
+		if !known {
+			return name, false
+		}
+	}
+	return "", true
 }
 
 func describeType(t reflect.Type) string {
