@@ -126,10 +126,10 @@ func (l *ledger) verify(balances map[string]int64) verdict {
 	}
 	v := verdict{keys: len(l.keys)}
 	for key, k := range l.keys {
-		switch {
-		case k.status == 0:
+		switch k.status {
+		case 0:
 			v.unsettled++
-		case k.status == http.StatusCreated:
+		case http.StatusCreated:
 			v.succeeded++
 			expected[k.req.account] -= k.req.amount
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -61,7 +62,7 @@ func canonicalValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 	case json.Number:
 		out.WriteString(canonicalNumber(string(v)))
 	case bool:
-		out.WriteString(fmt.Sprint(v))
+		out.WriteString(strconv.FormatBool(v))
 	case nil:
 		out.WriteString("null")
 	}

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -105,7 +106,7 @@ func TestParseKey(t *testing.T) {
 				h.Add(Header, v)
 			}
 			got, err := ParseKey(h)
-			if err != tc.want {
+			if !errors.Is(err, tc.want) {
 				t.Fatalf("ParseKey = %q, %v; want error %v", got, err, tc.want)
 			}
 			if err == nil && got != tc.values[0] {
@@ -133,7 +134,7 @@ func TestReplay(t *testing.T) {
 	if err != nil || !res.Replayed || res.Status != 201 || string(res.Body) != "{}" {
 		t.Errorf("Replay = %+v, %v", res, err)
 	}
-	if _, err := Replay(req, Fingerprint{2}, resp); err != ErrKeyReused {
+	if _, err := Replay(req, Fingerprint{2}, resp); !errors.Is(err, ErrKeyReused) {
 		t.Errorf("Replay with another fingerprint: %v, want ErrKeyReused", err)
 	}
 }

@@ -70,7 +70,7 @@ func provision(ctx context.Context) (*server, error) {
 		return nil, fmt.Errorf(`no PostgreSQL server for the integration tests; tried, in order:
   1. %s: not set (an admin URL of a server where the tests may CREATE DATABASE)
   2. testcontainers-go: %s
-  3. PostgreSQL on 127.0.0.1:5432 as user postgres without a password: %v
+  3. PostgreSQL on 127.0.0.1:5432 as user postgres without a password: %w
 Set %[1]s, start a Docker-compatible engine (Docker, or Podman's API with DOCKER_HOST), or start a local PostgreSQL`,
 			envDatabaseURL, noEngine, err)
 	}

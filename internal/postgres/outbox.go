@@ -12,7 +12,7 @@ import (
 	"payments/internal/payment"
 )
 
-// ErrNotLeader: another process holds the outbox lease.
+// ErrNotLeader reports that another process holds the outbox lease.
 var ErrNotLeader = errors.New("another relay holds the outbox lease")
 
 // outboxLockKey is the advisory lock that makes one relay the leader.
@@ -44,15 +44,15 @@ func (s *Store) ClaimOutbox(ctx context.Context) (*OutboxLease, error) {
 	}
 	var leader bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(outboxLockKey)).Scan(&leader); err != nil {
-		conn.Close(ctx)
+		_ = conn.Close(ctx)
 		return nil, interpret(fmt.Errorf("take the outbox lock: %w", err))
 	}
 	if !leader {
-		conn.Close(ctx)
+		_ = conn.Close(ctx)
 		return nil, ErrNotLeader
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		conn.Close(ctx)
+		_ = conn.Close(ctx)
 		return nil, interpret(fmt.Errorf("listen for events: %w", err))
 	}
 	return &OutboxLease{conn: conn}, nil

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -83,7 +84,7 @@ func TestAuthenticate(t *testing.T) {
 			t.Errorf("Authenticate = %v, %v; want %v", got, err, id)
 		}
 	}
-	if _, err := s.Authenticate(ctx, key+"x"); err != payment.ErrUnauthenticated {
+	if _, err := s.Authenticate(ctx, key+"x"); !errors.Is(err, payment.ErrUnauthenticated) {
 		t.Errorf("a wrong key: %v", err)
 	}
 	var stored []byte

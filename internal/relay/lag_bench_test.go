@@ -55,7 +55,7 @@ func measureLag(b *testing.B, rate int, d time.Duration) []time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sub.Unsubscribe() //nolint:errcheck
+	defer sub.Unsubscribe()
 	e.startRelay()
 	accounts := make([]uuid.UUID, 64)
 	for i := range accounts {

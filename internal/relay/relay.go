@@ -237,7 +237,7 @@ func (r *Relay) prune(ctx context.Context, lease *postgres.OutboxLease) error {
 // payments.<type>, the event's public JSON as the body, its id as Nats-Msg-Id
 // and its merchant in the Payments-Merchant-Id header.
 func Message(e postgres.OutboxEvent) (*nats.Msg, error) {
-	body, err := e.Event.MarshalJSON()
+	body, err := e.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
 	}
