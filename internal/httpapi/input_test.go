@@ -58,6 +58,8 @@ func TestBadInputIsRefusedBeforeTheKeyIsClaimed(t *testing.T) {
 		{"account id malformed", "", "application/json", chargeBody("acct_nope", 100), 400, "invalid-request", "account_id"},
 		{"account id missing", "", "application/json", `{"amount":100,"currency":"USD"}`, 400, "invalid-request", "account_id"},
 		{"description too long", "", "application/json", withField(`"description":"` + strings.Repeat("d", 1001) + `"`), 400, "invalid-request", "description"},
+		{"NUL in description", "", "application/json", withField(`"description":"a\u0000b"`), 400, "invalid-request", "description"},
+		{"NUL in metadata", "", "application/json", withField(`"metadata":{"k":"\u0000"}`), 400, "invalid-request", "metadata"},
 		{"metadata not strings", "", "application/json", withField(`"metadata":{"a":1}`), 400, "invalid-request", ""},
 		{"invalid UTF-8", "", "application/json", "{\"account_id\":\"\xff\"}", 400, "invalid-request", ""},
 	}

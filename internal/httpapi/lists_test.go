@@ -132,6 +132,10 @@ func TestListParametersAreChecked(t *testing.T) {
 	if p, items := f.list("/v1/charges?limit=100"); p.HasMore || len(items) != 0 {
 		t.Errorf("a new merchant's list = %+v", p)
 	}
+	other := f.otherMerchant().account("USD", 0)
+	if r := f.get("/v1/charges?account_id=" + other); r.status != http.StatusNotFound || r.code(t) != "not-found" {
+		t.Errorf("listing by another merchant's account = %d %s, want 404", r.status, r.body)
+	}
 }
 
 // TestEventsOnePerEffectiveChange drives a mix of operations, each retried and

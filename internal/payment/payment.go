@@ -164,7 +164,8 @@ type Reader interface {
 	Charge(ctx context.Context, merchantID, id uuid.UUID) (Charge, error)
 
 	// Charges returns a page of charges, newest first. A StartingAfter that
-	// names no charge of the merchant is a *ValidationError.
+	// names no charge of the merchant is a *ValidationError; an AccountID the
+	// merchant does not have is ErrNotFound.
 	Charges(ctx context.Context, merchantID uuid.UUID, q ChargeQuery) (Page[Charge], error)
 
 	// Refund returns a refund of the given charge, or ErrNotFound.

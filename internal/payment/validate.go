@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -68,6 +69,11 @@ func validateFreeForm(description *string, metadata map[string]string) error {
 	if description != nil && utf8.RuneCountInString(*description) > MaxDescriptionLength {
 		return Invalid("description", "must be at most %d characters", MaxDescriptionLength)
 	}
+	// PostgreSQL text cannot hold U+0000; refuse it here, as a 400, rather
+	// than fail in the database after the key is claimed.
+	if description != nil && strings.ContainsRune(*description, 0) {
+		return Invalid("description", "must not contain the NUL character (U+0000)")
+	}
 	if len(metadata) > MaxMetadataKeys {
 		return Invalid("metadata", "must have at most %d keys", MaxMetadataKeys)
 	}
@@ -77,6 +83,9 @@ func validateFreeForm(description *string, metadata map[string]string) error {
 		}
 		if utf8.RuneCountInString(v) > MaxMetadataValueLen {
 			return Invalid("metadata."+k, "must be at most %d characters", MaxMetadataValueLen)
+		}
+		if strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			return Invalid("metadata", "keys and values must not contain the NUL character (U+0000)")
 		}
 	}
 	return nil

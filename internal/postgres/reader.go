@@ -104,7 +104,8 @@ ORDER BY tx_id, seq
 LIMIT $4`
 )
 
-// Charges returns a page of the merchant's charges, newest first.
+// Charges returns a page of the merchant's charges, newest first, or
+// payment.ErrNotFound when q names an account the merchant does not have.
 func (s *Store) Charges(ctx context.Context, merchantID uuid.UUID, q payment.ChargeQuery) (payment.Page[payment.Charge], error) {
 	after := int64(math.MaxInt64)
 	if q.StartingAfter != uuid.Nil {
@@ -118,6 +119,11 @@ func (s *Store) Charges(ctx context.Context, merchantID uuid.UUID, q payment.Cha
 	}
 	sql, args := chargesSQL, []any{merchantID, after, q.Limit + 1}
 	if q.AccountID != uuid.Nil {
+		// Filtering by another merchant's (or no) account is a 404, like
+		// reading it would be, not an empty page.
+		if _, err := s.Account(ctx, merchantID, q.AccountID); err != nil {
+			return payment.Page[payment.Charge]{}, err
+		}
 		sql, args = accountChargesSQL, append(args, q.AccountID)
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)
