@@ -1,0 +1,70 @@
+package chaos_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"payments/internal/pgtest"
+)
+
+// TestAuditFindsDamage checks the checker: a ledger damaged by hand, the way
+// the faults must never damage it, fails every invariant the scenarios count
+// on, so their zeros mean something.
+func TestAuditFindsDamage(t *testing.T) {
+	checkLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bin := buildBinary(t)
+	dbURL := pgtest.NewDatabase(t)
+	m := migrateAndRegister(t, bin, dbURL, "audit")[0]
+	svc := newService(t, bin, serviceConfig{databaseURL: dbURL})
+	c := newClient(t, m.APIKey, "audit-key-", func(int) string { return svc.url() })
+	acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+	var ops []op
+	for _, o := range []op{
+		{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct, amount: 1000, body: []byte(`{"amount":1000}`)},
+		{kind: "charge", path: "/v1/charges", account: acct, amount: 100, body: chargeBody(acct, 100)},
+		{kind: "charge", path: "/v1/charges", account: acct, amount: 200, body: chargeBody(acct, 200)},
+		{kind: "charge", path: "/v1/charges", account: acct, amount: 5000, body: chargeBody(acct, 5000)},
+	} {
+		ops = append(ops, drive(ctx, c, o))
+	}
+	if ops[3].answer.status != http.StatusPaymentRequired {
+		t.Fatalf("the uncovered charge: %d %s", ops[3].answer.status, ops[3].answer.body)
+	}
+	db, err := pgxpool.New(ctx, dbURL)
+	must(t, err, "connect")
+	t.Cleanup(db.Close)
+	if a := auditDatabase(t, ctx, db, m.ID); a.duplicateCharges+a.missingEvents+a.violations() != 0 || a.balanceGap != 0 {
+		t.Fatalf("the undamaged ledger fails the audit: %s", a)
+	}
+
+	// A second charge under the first charge's key (a duplicate, debited), an
+	// event lost, a key that lost its response, and a balance off by 7.
+	for _, sql := range []string{
+		`INSERT INTO charges (merchant_id, id, account_id, amount, currency, status)
+		 SELECT merchant_id, gen_random_uuid(), account_id, amount, currency, status FROM charges WHERE amount = 100`,
+		`UPDATE accounts SET balance = balance - 100`,
+		`DELETE FROM events WHERE type = 'charge.failed'`,
+		`UPDATE idempotency_keys SET status = NULL, body = NULL WHERE key = '` + ops[2].key + `'`,
+		`UPDATE accounts SET balance = balance + 7`,
+	} {
+		_, err := db.Exec(ctx, sql)
+		must(t, err, "damage: %s", sql)
+	}
+	a := auditDatabase(t, ctx, db, m.ID)
+	if a.duplicateCharges != 2 || a.missingEvents != 2 || a.incompleteKeys != 1 || a.badBalances != 1 || a.balanceGap != 7 {
+		// The 200 charge lost its key's response, so it counts as unkeyed
+		// too; the duplicate has no event.
+		t.Errorf("audit of the damaged ledger: %s", a)
+	}
+	// The client was told 1000 − 100 − 200 = 700; the table says 607.
+	broken, gap, problems := clientView(t, ctx, db, m.ID, nil, ops)
+	if broken != 1 || gap != 93 {
+		t.Errorf("client view of the damaged ledger: %d broken answers, %d money gap; want 1 and 93: %q", broken, gap, problems)
+	}
+}

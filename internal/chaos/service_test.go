@@ -1,0 +1,302 @@
+package chaos_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The payments binary is built once and shared by the tests running at the
+// time; the last one to finish removes it.
+var built struct {
+	mu    sync.Mutex
+	users int
+	dir   string
+	path  string
+}
+
+// buildBinary returns the path of the payments binary, building it if no
+// running test holds one.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	if built.users == 0 {
+		dir, err := os.MkdirTemp("", "payments-chaos-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "payments")
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "payments/cmd/payments")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			t.Fatalf("go build ./cmd/payments: %v\n%s", err, out)
+		}
+		built.dir, built.path = dir, path
+	}
+	built.users++
+	t.Cleanup(func() {
+		built.mu.Lock()
+		defer built.mu.Unlock()
+		if built.users--; built.users == 0 {
+			os.RemoveAll(built.dir)
+			built.dir, built.path = "", ""
+		}
+	})
+	return built.path
+}
+
+// payments runs a short command of the binary (migrate, merchants) and
+// returns its standard output.
+func payments(t *testing.T, bin string, env []string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("payments %v: %v\n%s", args, err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// merchant is a merchant registered with the binary's merchants create.
+type merchant struct {
+	ID     string `json:"merchant_id"`
+	APIKey string `json:"api_key"`
+}
+
+// migrateAndRegister migrates databaseURL with the binary (a no-op on a
+// database pgtest already migrated, but the binary's own path) and registers
+// a merchant for each name.
+func migrateAndRegister(t *testing.T, bin, databaseURL string, names ...string) []merchant {
+	t.Helper()
+	env := []string{"DATABASE_URL=" + databaseURL}
+	payments(t, bin, env, "migrate", "up")
+	var ms []merchant
+	for _, name := range names {
+		var m merchant
+		out := payments(t, bin, env, "merchants", "create", "--name", name)
+		if err := json.Unmarshal(out, &m); err != nil || m.APIKey == "" {
+			t.Fatalf("merchants create printed %q (%v)", out, err)
+		}
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// freeAddr returns a 127.0.0.1 address with a port nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// service is one "payments serve" process that a test can kill and restart
+// on the same address. Everything it writes to stderr, over all its runs, is
+// kept in logs.
+type service struct {
+	t    *testing.T
+	bin  string
+	env  []string
+	addr string
+	logs *syncBuffer
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	starts  int
+	crashes int // runs that ended by SIGKILL
+}
+
+// serviceConfig is the environment of a service beyond its address.
+type serviceConfig struct {
+	databaseURL string
+	natsURL     string // "" runs without the relay
+	extra       []string
+}
+
+// newService starts "payments serve" and waits until it answers; the test's
+// cleanup kills it.
+func newService(t *testing.T, bin string, cfg serviceConfig) *service {
+	t.Helper()
+	s := &service{t: t, bin: bin, addr: freeAddr(t), logs: &syncBuffer{}}
+	s.env = []string{
+		"DATABASE_URL=" + cfg.databaseURL,
+		"HTTP_ADDR=" + s.addr,
+		"DB_MAX_CONNS=8",
+		"IDEMPOTENCY_WAIT=2s",
+		"SHUTDOWN_TIMEOUT=2s",
+		"LOG_LEVEL=info",
+	}
+	if cfg.natsURL != "" {
+		s.env = append(s.env, "RELAY_ENABLED=true", "NATS_URL="+cfg.natsURL, "RELAY_POLL=100ms")
+	} else {
+		s.env = append(s.env, "RELAY_ENABLED=false")
+	}
+	s.env = append(s.env, cfg.extra...)
+	t.Cleanup(s.kill)
+	must(t, s.start(), "payments serve")
+	return s
+}
+
+// url is the service's base URL; it stays the same across restarts.
+func (s *service) url() string { return "http://" + s.addr }
+
+// start runs the process and waits up to 20 s for /healthz to answer. It
+// returns an error rather than failing the test, so a goroutine may call it.
+func (s *service) start() error {
+	s.mu.Lock()
+	if s.cmd != nil {
+		s.mu.Unlock()
+		return errors.New("service already running")
+	}
+	cmd := exec.Command(s.bin, "serve")
+	cmd.Env = s.env
+	cmd.Stdout = s.logs
+	cmd.Stderr = s.logs
+	cmd.WaitDelay = 5 * time.Second
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("start payments serve: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	s.starts++
+	s.mu.Unlock()
+
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Timeout: time.Second, Transport: tr}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := client.Get(s.url() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("payments serve exited at start; logs:\n%s", s.logs.tail(4000))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("payments serve did not answer on %s within 20 s; logs:\n%s", s.addr, s.logs.tail(4000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone. It does nothing if
+// the service is not running.
+func (s *service) kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd, s.exited = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+	s.mu.Lock()
+	s.crashes++
+	s.mu.Unlock()
+}
+
+// stop ends the service with SIGTERM, as an orchestrator would, waiting up to
+// 10 s before it kills it.
+func (s *service) stop() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd, s.exited = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+		s.t.Errorf("payments serve did not stop within 10 s of SIGTERM")
+	}
+}
+
+// restart kills the service and starts it again.
+func (s *service) restart() error {
+	s.kill()
+	return s.start()
+}
+
+// syncBuffer collects output written from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// tail returns the last n bytes, for failure messages.
+func (b *syncBuffer) tail(n int) string {
+	s := b.String()
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// lines counts the lines written so far.
+func (b *syncBuffer) lines() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Count(b.buf.Bytes(), []byte("\n"))
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// must fails the test on err.
+func must(t *testing.T, err error, what string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
+	}
+}
