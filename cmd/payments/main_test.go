@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/goleak"
 
 	"payments/internal/pgtest"
 )
@@ -48,6 +49,10 @@ func envOf(vars map[string]string) func(string) string {
 // TestServeEndToEnd runs the real program: migrate, create a merchant, serve,
 // charge and replay over HTTP, then shut down on cancel.
 func TestServeEndToEnd(t *testing.T) {
+	// Registered first, so it runs last: serve, its relay and janitor, and the
+	// consumer must leave no goroutine behind once they return.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	dbURL := pgtest.NewDatabase(t)
 	natsURL := startNATS(t)
 	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "NATS_URL": natsURL, "RELAY_POLL": "100ms"})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.uber.org/goleak"
 
 	"payments/internal/idempotency"
 	"payments/internal/payment"
@@ -20,6 +21,10 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func open(t *testing.T, url string) *postgres.Store {
 	t.Helper()
+	// Registered first, so it runs last: once the store is closed, its pool
+	// and its notifier goroutine must be gone.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	s, err := postgres.Open(context.Background(), url, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
