@@ -5,6 +5,16 @@
 -- schema can be distributed by merchant (Citus) with a merchant's rows on one shard.
 -- merchants and api_keys are small lookup tables (Citus reference tables).
 
+-- Descriptions, metadata and stored responses are UTF-8; in a SQL_ASCII or
+-- LATIN1 database some of them would fail as 500s after the key is claimed.
+DO $$
+BEGIN
+    IF current_setting('server_encoding') <> 'UTF8' THEN
+        RAISE EXCEPTION 'database encoding is %, payments needs UTF8: CREATE DATABASE ... TEMPLATE template0 ENCODING ''UTF8'' LC_COLLATE ''C'' LC_CTYPE ''C''',
+            current_setting('server_encoding');
+    END IF;
+END $$;
+
 CREATE TABLE merchants (
     id         uuid        PRIMARY KEY,
     name       text        NOT NULL CHECK (length(name) BETWEEN 1 AND 200),

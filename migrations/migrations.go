@@ -17,6 +17,12 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+// CreateDatabaseOptions are the options for CREATE DATABASE that the schema
+// needs: UTF8 text whatever the server's default encoding (jsonb cannot hold
+// non-ASCII \u escapes otherwise), with the C locale, which suits any
+// encoding. The first migration refuses a database in another encoding.
+const CreateDatabaseOptions = "TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"
+
 // Up applies every migration not yet applied to the database at databaseURL
 // (a postgres:// URL). It returns nil when the schema is already current.
 func Up(databaseURL string) error {

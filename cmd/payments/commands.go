@@ -181,7 +181,7 @@ func ensureDatabase(databaseURL string, stderr io.Writer) error {
 		return fmt.Errorf("database %q does not exist, and connecting to database postgres to create it failed: %w", name, err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+migrations.CreateDatabaseOptions); err != nil {
 		return fmt.Errorf("create database %q: %w", name, err)
 	}
 	fmt.Fprintf(stderr, "created database %q\n", name)

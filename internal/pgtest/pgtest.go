@@ -245,7 +245,9 @@ func newSuite(ctx context.Context, adminURL, pkg string) (*suite, error) {
 // every database copied from it afterwards.
 func (s *suite) createTemplate(ctx context.Context) error {
 	name := pgx.Identifier{s.template}.Sanitize()
-	if err := adminExec(ctx, s.adminURL, "CREATE DATABASE "+name); err != nil {
+	// UTF8 whatever the server's default (an initdb without a locale gives
+	// SQL_ASCII); the C locale goes with any encoding.
+	if err := adminExec(ctx, s.adminURL, "CREATE DATABASE "+name+" "+migrations.CreateDatabaseOptions); err != nil {
 		return fmt.Errorf("create template database %s: %w", s.template, err)
 	}
 	u, err := withDatabase(s.adminURL, s.template)
