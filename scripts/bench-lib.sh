@@ -1,0 +1,189 @@
+# bench-lib.sh: functions scripts/bench.sh sources; not meant to run on its own.
+#
+# They use the caller's variables: admin, clients, seconds, results, failed,
+# server_pid, port, url, metrics_sampler_pid (see bench.sh).
+
+# start_service DATABASE_URL LOG [VAR=value ...]: starts `payments serve` on a
+# loopback port the kernel picks, with the given environment on top of the
+# defaults, and waits until GET /readyz answers 200. Sets server_pid, port, url.
+start_service() {
+	local database=$1 log=$2 addr=''
+	shift 2
+	env DATABASE_URL="$database" HTTP_ADDR=127.0.0.1:0 LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$@" \
+		bin/payments serve >"$log" 2>&1 &
+	server_pid=$!
+	for _ in $(seq 100); do
+		addr=$(sed -n 's/.*"msg":"listening".*"addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
+		[ -n "$addr" ] && break
+		kill -0 "$server_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	[ -n "$addr" ] || die "payments serve did not start listening; the end of $log:" "$(tail -n 20 "$log")"
+	port=${addr##*:}
+	url="http://127.0.0.1:$port"
+	for _ in $(seq 100); do ready && break; sleep 0.1; done
+	ready || die "$url/readyz did not answer 200 within 10s; see $log"
+}
+
+# stop_service: SIGTERM, then wait for the drain to finish.
+stop_service() {
+	if [ -n "$server_pid" ]; then
+		kill -TERM "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	server_pid=''
+}
+
+# ready: whether GET /readyz answers 200 (bash's /dev/tcp, so curl is not needed).
+ready() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$port" || exit 1
+		printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+		read -r _ status _ <&3
+		[ "$status" = 200 ]
+	) 2>/dev/null
+}
+
+# scrape: GET /metrics of the running service, in the Prometheus text format.
+scrape() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$port" || exit 1
+		printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+		cat <&3
+	) 2>/dev/null | tr -d '\r'
+}
+
+# sample: one line of the metrics the targets need, in this order:
+#   unix_ms gc_cycles heap_inuse_bytes heap_alloc_bytes cache_entries keys_in_flight
+#   janitor_deleted goroutines outbox_backlog oldest_unpublished_seconds
+# It fails when /metrics did not answer.
+sample() {
+	scrape | awk -v ms="$(date +%s%3N)" '
+		$1 == "go_gc_duration_seconds_count" { v[1] = $2 }
+		$1 == "go_memstats_heap_inuse_bytes" { v[2] = $2 }
+		$1 == "go_memstats_heap_alloc_bytes" { v[3] = $2 }
+		$1 == "payments_idempotency_cache_entries" { v[4] = $2 }
+		$1 == "payments_idempotency_keys_in_flight" { v[5] = $2 }
+		$1 == "payments_janitor_deleted_keys_total" { v[6] = $2 }
+		$1 == "go_goroutines" { v[7] = $2 }
+		$1 == "payments_outbox_backlog_events" { v[8] = $2 }
+		$1 == "payments_outbox_oldest_unpublished_seconds" { v[9] = $2 }
+		END {
+			if (!(1 in v) || !(6 in v) || !(8 in v)) exit 1
+			printf "%s", ms
+			for (i = 1; i <= 8; i++) printf " %.0f", v[i]
+			printf " %.1f\n", v[9]
+		}'
+}
+
+# start_metrics_sampler FILE INTERVAL / stop_metrics_sampler: sample in the
+# background every INTERVAL seconds.
+start_metrics_sampler() {
+	(
+		while :; do
+			sample || true
+			sleep "$2"
+		done
+	) >"$1" 2>/dev/null &
+	metrics_sampler_pid=$!
+}
+stop_metrics_sampler() {
+	if [ -n "$metrics_sampler_pid" ]; then
+		kill "$metrics_sampler_pid" 2>/dev/null || true
+		wait "$metrics_sampler_pid" 2>/dev/null || true
+	fi
+	metrics_sampler_pid=''
+}
+
+# settle_heap FILE TIMEOUT: polls /metrics every 0.1 s until the service is idle
+# (the relay has published the whole outbox backlog the run left) and then two
+# GC cycles have completed: one cycle leaves what sync.Pool holds in its victim
+# cache, the second frees it. At idle only the scrapes allocate, so the runtime
+# keeps collecting. Prints the first sample after the second cycle, then the
+# seconds until idle, the seconds in all, and 1 (settled) or 0 (TIMEOUT passed
+# first: the last sample). Every sample goes to FILE.
+settle_heap() {
+	local file=$1 timeout=$2 began=$SECONDS line='' gc0='' idle=-1 gc backlog
+	: >"$file"
+	while :; do
+		if line=$(sample); then
+			echo "$line" >>"$file"
+			read -r _ gc _ _ _ _ _ _ backlog _ <<<"$line"
+			if [ -z "$gc0" ]; then
+				if [ "$backlog" -eq 0 ]; then gc0=$gc idle=$((SECONDS - began)); fi
+			elif [ "$gc" -ge $((gc0 + 2)) ]; then
+				echo "$line $idle $((SECONDS - began)) 1"
+				return
+			fi
+		fi
+		if [ $((SECONDS - began)) -ge "$timeout" ]; then
+			echo "${line:-0 0 0 0 0 0 0 0 0 0} $idle $((SECONDS - began)) 0"
+			return
+		fi
+		sleep 0.1
+	done
+}
+
+# run_fresh TAG API_KEY [paymentsbench flags]: runs the fresh scenario against
+# the running service and appends its JSON line to $results, named TAG instead
+# of fresh, and the 1-minute load average after it in run_load[TAG]. A balance
+# mismatch adds TAG to failed; it fails only when
+# paymentsbench gave no result at all (the reason is in bin/bench-TAG.err).
+run_fresh() {
+	local tag=$1 key=$2 rc=0 out
+	shift 2
+	out=$(PAYMENTS_API_KEY=$key bin/paymentsbench -url "$url" -c "$clients" -scenarios fresh -json "$@" \
+		2>"bin/bench-$tag.err") || rc=$?
+	[ -s "bin/bench-$tag.err" ] || rm -f "bin/bench-$tag.err"
+	out=$(grep '"scenario":"fresh"' <<<"$out" || true)
+	if [ -z "$out" ]; then
+		say "paymentsbench gave no result for $tag (exit $rc): $(tail -n 3 "bin/bench-$tag.err" 2>/dev/null)"
+		return 1
+	fi
+	sed "s/\"scenario\":\"fresh\"/\"scenario\":\"$tag\"/" <<<"$out" >>"$results"
+	run_load[$tag]=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo '?')
+	[ "$rc" -eq 0 ] || failed+=("$tag")
+	say "  $tag: $(field requests "$tag") requests, $(field req_per_s "$tag") req/s," \
+		"p50 $(field p50_ms "$tag") ms, p99 $(field p99_ms "$tag") ms, errors $(errors "$tag"), verified $(field verified "$tag")"
+}
+
+# seed_keys DATABASE_URL MERCHANT TAG FROM TO CREATED_AT: inserts keys FROM..TO
+# in one statement, as the service stores a completed charge: a UUID-shaped key
+# (random order in the primary key, as clients' keys are), a 32-byte
+# fingerprint, status 201, a Location and a ~280-byte JSON body like a real
+# charge response. CREATED_AT is an SQL expression in i (the series number).
+seed_keys() {
+	timeout 900 psql -qX -v ON_ERROR_STOP=1 "$1" -c "
+INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, created_at)
+SELECT '$2'::uuid, k, sha256(convert_to(k, 'UTF8')), 201, '/v1/charges/ch_' || h,
+       convert_to('{\"id\":\"ch_' || h || '\",\"object\":\"charge\",\"account_id\":\"acct_' || md5(k || 'a')
+           || '\",\"amount\":100,\"currency\":\"USD\",\"status\":\"succeeded\",\"failure_code\":null,'
+           || '\"amount_refunded\":0,\"description\":null,\"metadata\":{},\"created_at\":\"'
+           || to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') || '\"}', 'UTF8'),
+       t
+FROM generate_series($4, $5) i,
+     LATERAL (SELECT md5('seed-$3-' || i)::uuid::text AS k, md5('ch-$3-' || i) AS h, $6 AS t) s"
+}
+
+# after_seeding DATABASE_URL: what a deployed database would have done by
+# itself (autovacuum's ANALYZE, a checkpoint) so it does not land in the
+# measured window instead.
+after_seeding() {
+	timeout 900 psql -qX -v ON_ERROR_STOP=1 "$1" -c 'VACUUM (ANALYZE) idempotency_keys' -c 'CHECKPOINT'
+}
+
+# log_warnings LOG...: distinct WARN and ERROR messages in the service logs, with
+# counts, except "NATS disconnected", which every shutdown logs.
+log_warnings() {
+	cat "$@" 2>/dev/null | { grep -E '"level":"(WARN|ERROR)"' || true; } | { grep -v '"msg":"NATS disconnected"' || true; } |
+		sed -n 's/.*"level":"\([A-Z]*\)".*"msg":"\([^"]*\)".*/\1 \2/p' | sort | uniq -c |
+		awk '{ n = $1; $1 = ""; printf "%s%s ×%d", sep, substr($0, 2), n; sep = "; " }'
+}
+
+# median: the median of the numbers on stdin.
+median() {
+	sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# mib BYTES: BYTES in MiB, one decimal.
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
