@@ -138,7 +138,7 @@ if command -v nats-server >/dev/null 2>&1; then
 	nats-server -a 127.0.0.1 -p -1 -js -sd "$nats_dir" -l "$nats_dir/nats.log" &
 	nats_pid=$!
 	for _ in $(seq 100); do
-		nats_addr=$(sed -n 's/.*Listening for client connections on \([0-9.]*:[0-9]*\).*/\1/p' "$nats_dir/nats.log" 2>/dev/null | head -n 1)
+		nats_addr=$(sed -n 's/.*Listening for client connections on \([0-9.]*:[0-9]*\).*/\1/p' "$nats_dir/nats.log" 2>/dev/null | head -n 1 || true)
 		[ -n "$nats_addr" ] && break
 		sleep 0.1
 	done

@@ -220,3 +220,32 @@ func (e *env) startConsumer() *consumer.Consumer {
 	})
 	return c
 }
+
+// TestPublishedEventsArePrunedAfterRetention: events published longer ago
+// than the retention go, in bounded batches; unpublished and recent ones stay.
+func TestPublishedEventsArePrunedAfterRetention(t *testing.T) {
+	e := setup(t)
+	acct := e.account(1000)
+	for range 5 {
+		e.charge(acct, 1)
+	}
+	_, stop := e.startRelay()
+	e.waitUntil("the outbox is drained", e.drained)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Age five of the seven published events past the 30-day retention.
+	if _, err := e.store.Pool().Exec(context.Background(), `
+UPDATE events SET published_at = now() - interval '31 days'
+WHERE id IN (SELECT id FROM events ORDER BY tx_id, seq LIMIT 5)`); err != nil {
+		t.Fatal(err)
+	}
+	e.charge(acct, 1) // one more, unpublished until the next relay runs
+
+	r, _ := e.startRelay()
+	e.waitUntil("the old events are pruned", func() bool { return r.Stats.Pruned.Load() == 5 })
+	e.waitUntil("the outbox is drained", e.drained)
+	if n := e.count(`SELECT count(*) FROM events`); n != 3 {
+		t.Errorf("%d events left, want 3 (two recent, one new)", n)
+	}
+}
