@@ -186,38 +186,84 @@ func (r *Relay) ensureStream(ctx context.Context) error {
 	return nil
 }
 
-// relayBatch publishes one batch in order, synchronously: an event is sent
-// only once the broker has acknowledged the one before it, so a failure
-// cannot let a later event overtake an earlier one.
+// ackTimeout bounds the wait for a batch's acknowledgements.
+const ackTimeout = 10 * time.Second
+
+// relayBatch publishes one batch in order and marks what the broker stored.
+// The batch is pipelined (every message is sent before the first
+// acknowledgement is awaited), and each message after the first names its
+// predecessor as the stream's expected last message id: if one is lost (a
+// connection drops mid-batch), every later one is refused instead of
+// overtaking it. JetStream checks duplicates before that expectation, so a
+// republished prefix is acknowledged as duplicate and the chain resumes. Only
+// the unbroken prefix of acknowledged events is marked; the rest is published
+// again next round.
 func (r *Relay) relayBatch(ctx context.Context, lease *postgres.OutboxLease) (int, error) {
 	events, err := lease.Unpublished(ctx, r.opts.Batch)
 	if err != nil || len(events) == 0 {
 		return 0, err
 	}
+	futures := make([]jetstream.PubAckFuture, 0, len(events))
+	var sendErr error
+	prev := ""
 	for _, e := range events {
 		msg, err := Message(e)
 		if err != nil {
 			return 0, err
 		}
-		ack, err := r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msg.Header.Get(jetstream.MsgIDHeader)))
+		id := msg.Header.Get(jetstream.MsgIDHeader)
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(id)}
+		if prev != "" {
+			opts = append(opts, jetstream.WithExpectLastMsgID(prev))
+		}
+		f, err := r.js.PublishMsgAsync(msg, opts...)
 		if err != nil {
-			return 0, fmt.Errorf("publish %s: %w", e.Type, err)
+			sendErr = fmt.Errorf("publish %s: %w", e.Type, err)
+			break
 		}
-		if ack.Duplicate {
-			r.Stats.Duplicates.Add(1)
-		} else {
-			r.Stats.Published.Add(1)
-		}
+		futures = append(futures, f)
+		prev = id
 	}
-	if r.beforeMark != nil {
+
+	acked, ackErr := r.awaitAcks(ctx, futures)
+	if r.beforeMark != nil && acked > 0 {
 		if err := r.beforeMark(); err != nil {
 			return 0, errors.Join(errStopped, err)
 		}
 	}
-	if err := lease.MarkPublished(ctx, events); err != nil {
+	if acked > 0 {
+		if err := lease.MarkPublished(ctx, events[:acked]); err != nil {
+			return 0, err
+		}
+	}
+	if err := errors.Join(ackErr, sendErr); err != nil {
 		return 0, err
 	}
-	return len(events), nil
+	return acked, nil
+}
+
+// awaitAcks waits for the acknowledgements in order and returns how many of
+// the first ones succeeded, and the first failure.
+func (r *Relay) awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) (int, error) {
+	timeout := time.NewTimer(ackTimeout)
+	defer timeout.Stop()
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				r.Stats.Duplicates.Add(1)
+			} else {
+				r.Stats.Published.Add(1)
+			}
+		case err := <-f.Err():
+			return i, fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-timeout.C:
+			return i, fmt.Errorf("no acknowledgement from NATS within %s", ackTimeout)
+		case <-ctx.Done():
+			return i, ctx.Err()
+		}
+	}
+	return len(futures), nil
 }
 
 func (r *Relay) prune(ctx context.Context, lease *postgres.OutboxLease) error {
