@@ -18,7 +18,7 @@ var ErrNotLeader = errors.New("another relay holds the outbox lease")
 // outboxLockKey is the advisory lock that makes one relay the leader.
 const outboxLockKey = 0x7061796d_6f757462 // "paymoutb"
 
-// notifyChannel is the channel the events trigger notifies on commit.
+// notifyChannel is the channel the store notifies after events commit.
 const notifyChannel = "payments_events"
 
 // OutboxEvent is an event waiting to be published, with its merchant.
