@@ -2,8 +2,10 @@
 # run.sh: start payments on this machine for development (`make run` calls it).
 #
 #  1. PostgreSQL: with DATABASE_URL set, that server; else, when a Docker engine
-#     answers, the postgres service of docker-compose.yml; else a PostgreSQL on
-#     localhost:5432 (user postgres, no password); migrate creates database payments.
+#     answers, the postgres and nats services of docker-compose.yml; else a
+#     PostgreSQL on localhost:5432 (user postgres, no password; migrate creates
+#     database payments) and whatever NATS answers on localhost:4222 (the relay
+#     waits for one, events stay in the outbox meanwhile).
 #  2. Builds bin/payments, migrates, creates a development merchant.
 #  3. Prints a curl session with the merchant's API key, and serves on HTTP_ADDR.
 #
@@ -33,8 +35,8 @@ elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
 		die "Docker answers, but the Compose plugin is missing ('docker compose version' fails)." \
 			"Install Docker Compose v2 (https://docs.docker.com/compose/install/), or set DATABASE_URL to a PostgreSQL of your own."
 	pg_port=${POSTGRES_PORT:-5432}
-	say "Docker engine found: starting PostgreSQL with docker compose (localhost:$pg_port)"
-	POSTGRES_PORT=$pg_port docker compose up -d --wait postgres ||
+	say "Docker engine found: starting PostgreSQL (localhost:$pg_port) and NATS with docker compose"
+	POSTGRES_PORT=$pg_port docker compose up -d --wait postgres nats ||
 		die "docker compose could not start postgres (see above)." \
 			"If port $pg_port is taken (a local PostgreSQL, say), pick another: POSTGRES_PORT=5433 make run"
 	export DATABASE_URL="postgres://postgres:postgres@localhost:$pg_port/payments?sslmode=disable"
