@@ -128,8 +128,19 @@ func (s *Store) notifier(ctx context.Context) {
 			// The relay polls as well; an outage only delays it.
 			continue
 		}
+		// At most one NOTIFY per notifyEvery: under load the relay is woken
+		// often enough to publish in batches, not once per commit.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(notifyEvery):
+		}
 	}
 }
+
+// notifyEvery paces the notifier; it bounds the delay it adds to an event's
+// publication.
+const notifyEvery = 10 * time.Millisecond
 
 // Pool exposes the connection pool for statistics and tests.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
