@@ -214,13 +214,20 @@ func (s *service) start() error {
 	}
 }
 
+// take hands the running process over to the caller, who ends it; nil when
+// the service is not running.
+func (s *service) take() (*exec.Cmd, chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd, s.exited = nil, nil
+	return cmd, exited
+}
+
 // kill sends SIGKILL and waits for the process to be gone. It does nothing if
 // the service is not running.
 func (s *service) kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd, s.exited = nil, nil
-	s.mu.Unlock()
+	cmd, exited := s.take()
 	if cmd == nil {
 		return
 	}
@@ -234,10 +241,7 @@ func (s *service) kill() {
 // stop ends the service with SIGTERM, as an orchestrator would, waiting up to
 // 10 s before it kills it.
 func (s *service) stop() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd, s.exited = nil, nil
-	s.mu.Unlock()
+	cmd, exited := s.take()
 	if cmd == nil {
 		return
 	}
