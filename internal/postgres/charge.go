@@ -81,14 +81,9 @@ func (s *Store) IdempotentCharge(ctx context.Context, req idempotency.Request, p
 // chargeFast runs chargeSQL. It reports done=false, with no error, when the
 // statement changed nothing and the general path must decide.
 func (s *Store) chargeFast(ctx context.Context, req idempotency.Request, c payment.Charge, success idempotency.Response) (idempotency.Result, bool, error) {
-	acquireCtx, cancel := context.WithTimeout(ctx, s.opts.KeyWait)
-	conn, err := s.pool.Acquire(acquireCtx)
-	cancel()
+	conn, err := s.acquire(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return idempotency.Result{}, false, ctx.Err()
-		}
-		return idempotency.Result{}, false, fmt.Errorf("acquire connection: %w: %w", payment.ErrUnavailable, err)
+		return idempotency.Result{}, false, err
 	}
 	defer conn.Release()
 

@@ -154,20 +154,30 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// inTx runs fn in a transaction on a pooled connection, waiting at most KeyWait
-// for the connection. fn's error rolls the transaction back.
+// inTx runs fn in a transaction on a pooled connection (see acquire). fn's
+// error rolls the transaction back.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	acquireCtx, cancel := context.WithTimeout(ctx, s.opts.KeyWait)
-	conn, err := s.pool.Acquire(acquireCtx)
-	cancel()
+	conn, err := s.acquire(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("acquire connection: %w: %w", payment.ErrUnavailable, err)
+		return err
 	}
 	defer conn.Release()
 	return pgx.BeginFunc(ctx, conn, fn)
+}
+
+// acquire takes a pooled connection, waiting at most KeyWait for one: a pool
+// that stays exhausted is payment.ErrUnavailable, not an unbounded queue.
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	acquireCtx, cancel := context.WithTimeout(ctx, s.opts.KeyWait)
+	defer cancel()
+	conn, err := s.pool.Acquire(acquireCtx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("acquire connection: %w: %w", payment.ErrUnavailable, err)
+	}
+	return conn, nil
 }
 
 // SQLSTATE codes this package acts on.
