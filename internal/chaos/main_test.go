@@ -12,7 +12,23 @@ import (
 	"payments/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+// runTests builds the payments binary, then provisions the database and runs
+// the tests, and removes the binary afterwards.
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "payments-chaos-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if paymentsBin, err = buildPayments(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return pgtest.Run(m)
+}
 
 // longMode reports whether CHAOS_LONG asks for the long versions of the
 // scenarios (make chaos); make test runs the short ones.

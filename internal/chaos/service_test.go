@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -18,46 +17,33 @@ import (
 	"time"
 )
 
-// The payments binary is built once and shared by the tests running at the
-// time; the last one to finish removes it.
-var built struct {
-	mu    sync.Mutex
-	users int
-	dir   string
-	path  string
+// paymentsBin is the payments binary the tests run, built once by TestMain before
+// any test starts, so that no test's time bound pays for the build.
+var paymentsBin string
+
+// buildTimeout bounds go build: on two cores, with every other test package
+// compiling under -race beside it, a cold build takes a minute.
+const buildTimeout = 5 * time.Minute
+
+// buildPayments builds cmd/payments into dir and returns the binary's path.
+func buildPayments(dir string) (string, error) {
+	path := filepath.Join(dir, "payments")
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "payments/cmd/payments")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/payments: %w\n%s", err, out)
+	}
+	return path, nil
 }
 
-// buildBinary returns the path of the payments binary, building it if no
-// running test holds one.
+// buildBinary returns the path of the payments binary TestMain built.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	built.mu.Lock()
-	defer built.mu.Unlock()
-	if built.users == 0 {
-		dir, err := os.MkdirTemp("", "payments-chaos-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, "payments")
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "payments/cmd/payments")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			os.RemoveAll(dir)
-			t.Fatalf("go build ./cmd/payments: %v\n%s", err, out)
-		}
-		built.dir, built.path = dir, path
+	if paymentsBin == "" {
+		t.Fatal("the payments binary was not built: TestMain must run first")
 	}
-	built.users++
-	t.Cleanup(func() {
-		built.mu.Lock()
-		defer built.mu.Unlock()
-		if built.users--; built.users == 0 {
-			os.RemoveAll(built.dir)
-			built.dir, built.path = "", ""
-		}
-	})
-	return built.path
+	return paymentsBin
 }
 
 // payments runs a short command of the binary (migrate, merchants) and

@@ -85,10 +85,12 @@ type suite struct {
 // available, migrating fails, or cleaning up fails, it prints why to stderr and
 // exits with code 1. On SIGINT or SIGTERM it cleans up before exiting.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-func run(m *testing.M) int {
+// Run is Main without the exit: it returns the exit code, so that a TestMain
+// with its own set-up and teardown around the tests can call it.
+func Run(m *testing.M) int {
 	// A fuzzing worker runs only fuzz targets, which need no database, and is
 	// killed when fuzzing ends: provisioning there would leave databases behind.
 	flag.Parse()
