@@ -197,6 +197,38 @@ func (c *client) get(t *testing.T, ctx context.Context, path string) answer {
 	return a
 }
 
+// feedBound is how long a test waits for an event to appear in /v1/events. The
+// feed lists an event only once every transaction that began before it has
+// ended, on the whole server: with other test packages writing to a shared
+// local PostgreSQL it lags the commit by as long as their transactions last.
+const feedBound = 30 * time.Second
+
+// awaitEvents reads /v1/events?limit=n until it lists n events, and returns
+// their ids. It fails the test, naming what it saw, if feedBound passes first.
+func (c *client) awaitEvents(t *testing.T, ctx context.Context, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(feedBound)
+	for {
+		a := c.get(t, ctx, "/v1/events?limit="+itoa(int64(n)))
+		var feed struct{ Data []struct{ ID string } }
+		if err := json.Unmarshal(a.body, &feed); a.status != http.StatusOK || err != nil {
+			t.Fatalf("GET /v1/events: %d %s", a.status, a.body)
+		}
+		if len(feed.Data) >= n {
+			ids := make([]string, len(feed.Data))
+			for i, e := range feed.Data {
+				ids[i] = e.ID
+			}
+			return ids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the event feed lists %d of %d events %v after the writes; a transaction that began before them is still open on the server: %s",
+				len(feed.Data), n, feedBound, a.body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // post makes one POST attempt and fails the test if no answer arrives.
 func (c *client) post(t *testing.T, ctx context.Context, path, key, body string) answer {
 	t.Helper()

@@ -84,13 +84,7 @@ func TestHostileInput(t *testing.T) {
 	bDep := b.mustCreate(t, ctx, "/v1/accounts/"+bAcct+"/deposits", `{"amount":10000}`)
 	bCharge := b.mustCreate(t, ctx, "/v1/charges", string(chargeBody(bAcct, 3000)))
 	bRefund := b.mustCreate(t, ctx, "/v1/charges/"+bCharge+"/refunds", `{"amount":1000}`)
-	bEvents := b.get(t, ctx, "/v1/events?limit=1")
-	var feed struct{ Data []struct{ ID string } }
-	must(t, json.Unmarshal(bEvents.body, &feed), "events %s", bEvents.body)
-	if len(feed.Data) == 0 {
-		t.Fatalf("merchant b has no events: %s", bEvents.body)
-	}
-	bEvent := feed.Data[0].ID
+	bEvent := b.awaitEvents(t, ctx, 1)[0]
 	bBefore := h.snapshot(ms[1].ID)
 	crossMerchant := 0
 
