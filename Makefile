@@ -20,10 +20,11 @@ build: ## Build the service binary into bin/payments
 run: ## Start PostgreSQL (Docker Compose or local), migrate, print a curl session and serve
 	./scripts/run.sh
 
-# -v prints each package's "pgtest: ..." line naming the PostgreSQL it used.
-# Nothing is piped, so make fails exactly when go test does.
+# scripts/test.sh runs go test -race -v over every package, then prints a
+# summary: each package's result, the PostgreSQL each used, and every skipped
+# test with its reason. make fails exactly when go test does.
 test: ## Run every test, integration tests included, under the race detector
-	$(GO) test -race -count=1 -v $(TESTFLAGS) ./...
+	GO=$(GO) ./scripts/test.sh $(TESTFLAGS)
 
 .PHONY: bench
 bench: ## Load-test a scratch service against pg-reference; writes docs/benchmarks.md (BENCH_SECONDS=10)

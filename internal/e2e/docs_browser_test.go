@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -60,8 +61,8 @@ const (
 // "Try it out" charge from the page gets a 201. The database then holds
 // exactly that one charge, and the balance dropped by its amount.
 //
-// It needs Debian's chromium (apt-get install -y chromium) and fails without
-// it. With UPDATE_SCREENSHOT=1 it writes its full-page screenshot to
+// It needs Debian's chromium (apt-get install -y chromium). Without it the test
+// skips, and make test's summary says so; under CI=true it fails. With UPDATE_SCREENSHOT=1 it writes its full-page screenshot to
 // docs/screenshots/docs-page.png; run with -artifacts to keep the screenshot
 // of every run (and of a failure) under the output directory.
 func TestDocsPageChargesFromTheBrowser(t *testing.T) {
@@ -234,7 +235,13 @@ func findChromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Fatal("chromium is not installed; the /docs browser test needs Debian's Chromium: apt-get install -y chromium")
+	const missing = "chromium is not installed: the /docs browser test needs Debian's Chromium (apt-get install -y chromium)"
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		t.Fatal(missing + "; CI=true, so a missing browser is a failure")
+	}
+	// Loud, not silent: make test's summary lists every skipped test with
+	// this reason.
+	t.Skip("SKIPPED, NOT PASSED: " + missing + " and run make test again")
 	return ""
 }
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# test.sh: every test under the race detector (`make test` calls it), then a
+# summary: each package's result, and every skipped test with its reason, so
+# that a skip (the browser test without Chromium) is never mistaken for a pass.
+#
+# Arguments are passed to go test before the package list (make test
+# TESTFLAGS='-run TestCharge'). The exit status is go test's.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+GO=${GO:-go}
+log=$(mktemp "${TMPDIR:-/tmp}/payments-test.XXXXXX")
+trap 'rm -f "$log"' EXIT
+
+# -v prints each package's "pgtest: ..." line naming the PostgreSQL it used.
+started=$(date +%s)
+$GO test -race -count=1 -v "$@" ./... 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+elapsed=$(($(date +%s) - started))
+
+echo
+echo "==================================================================================="
+echo "make test summary ($((elapsed / 60))m$((elapsed % 60))s)"
+grep -E '^(ok|FAIL)[[:space:]]+[^[:space:]]' "$log" | sed 's/^/  /'
+grep -E '^pgtest: ' "$log" | sed -E 's/; database .*//' | sort | uniq -c | sed 's/^ */  /'
+# go test -v prints a test's log lines before its "--- SKIP" line: keep the
+# lines since the test's "=== RUN" and print them with the skip.
+skips=$(awk '
+	/^=== (RUN|CONT|PAUSE|NAME)/ { name = $3; reason = ""; next }
+	/^ +--- SKIP: / || /^--- SKIP: / { printf "  SKIPPED %s\n%s", $3, reason; reason = ""; next }
+	/^    [^ ]/ { reason = reason "      " substr($0, 5) "\n" }
+' "$log")
+if [ -n "$skips" ]; then
+	echo
+	echo "Skipped tests (these did NOT pass; install what they name and run make test again):"
+	printf '%s\n' "$skips"
+fi
+fails=$(grep -E '^ *--- FAIL: ' "$log" | sed 's/^ */  /')
+if [ -n "$fails" ]; then
+	echo
+	echo "Failed tests:"
+	printf '%s\n' "$fails"
+fi
+if [ "$status" -eq 0 ]; then
+	echo "RESULT: PASS"
+else
+	echo "RESULT: FAIL (go test exit status $status)"
+fi
+echo "==================================================================================="
+exit "$status"
