@@ -10,8 +10,11 @@ import (
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5:// scheme
+	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 //go:embed *.sql
@@ -24,28 +27,54 @@ var files embed.FS
 const CreateDatabaseOptions = "TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"
 
 // Up applies every migration not yet applied to the database at databaseURL
-// (a postgres:// URL). It returns nil when the schema is already current.
+// (a postgres:// URL). It returns nil when the schema is already current. When
+// a migration fails, the error names it and gives PostgreSQL's cause first.
 func Up(databaseURL string) error {
-	return run(databaseURL, func(m *migrate.Migrate) error { return m.Up() })
+	return up(databaseURL, files)
+}
+
+// up is Up with the migrations in fsys.
+func up(databaseURL string, fsys fs.FS) error {
+	return run(databaseURL, fsys, func(m *migrate.Migrate) error {
+		err := m.Up()
+		if !isRunError(err) {
+			return err
+		}
+		// The failed migration left the schema dirty at its own version.
+		version, _, verr := m.Version()
+		if verr != nil {
+			return err
+		}
+		return failure(fsys, version, source.Up, err)
+	})
 }
 
 // Down reverts the most recent migration. It returns nil when none is applied.
+// When the migration fails, the error names it and gives the cause first.
 func Down(databaseURL string) error {
-	return run(databaseURL, func(m *migrate.Migrate) error { return m.Steps(-1) })
+	return run(databaseURL, files, func(m *migrate.Migrate) error {
+		before, _, verr := m.Version()
+		err := m.Steps(-1)
+		if !isRunError(err) || verr != nil {
+			return err
+		}
+		return failure(files, before, source.Down, err)
+	})
 }
 
 // Version reports the schema version of the database and whether a failed
 // migration left it dirty. A database without migrations has version 0.
 func Version(databaseURL string) (version uint, dirty bool, err error) {
-	err = run(databaseURL, func(m *migrate.Migrate) error {
+	err = run(databaseURL, files, func(m *migrate.Migrate) error {
 		version, dirty, err = m.Version()
 		return err
 	})
 	return version, dirty, err
 }
 
-func run(databaseURL string, step func(*migrate.Migrate) error) error {
-	src, err := iofs.New(files, ".")
+// run opens the migrations in fsys against the database and runs step.
+func run(databaseURL string, fsys fs.FS, step func(*migrate.Migrate) error) error {
+	src, err := iofs.New(fsys, ".")
 	if err != nil {
 		return fmt.Errorf("open embedded migrations: %w", err)
 	}
@@ -73,4 +102,66 @@ func pgx5URL(u string) string {
 		}
 	}
 	return u
+}
+
+// isRunError reports whether err is a migration's SQL failing. golang-migrate's
+// pgx driver returns those as a database.Error value; its bookkeeping failures
+// (the version table, the lock) come as pointers.
+func isRunError(err error) bool {
+	var dbErr database.Error
+	return errors.As(err, &dbErr)
+}
+
+// failure names the migration file that failed and gives the cause first:
+//
+//	migration 3 (0003_outbox_delivery.up.sql) failed: ERROR: syntax error at or near "TABLEX" (SQLSTATE 42601) at line 12: CREATE TABLEX inbox (
+//
+// golang-migrate's own message puts the whole SQL file before its cause. The
+// returned error wraps the driver's (a *pgconn.PgError for SQL errors).
+func failure(fsys fs.FS, version uint, direction source.Direction, err error) error {
+	var dbErr database.Error
+	if !errors.As(err, &dbErr) {
+		return err
+	}
+	name := fileName(fsys, version, direction)
+	cause := dbErr.OrigErr
+	if cause == nil {
+		return fmt.Errorf("migration %d (%s) failed: %s", version, name, dbErr.Err)
+	}
+	var where string
+	var pgErr *pgconn.PgError
+	if errors.As(cause, &pgErr) {
+		if pgErr.Detail != "" {
+			where = " (" + pgErr.Detail + ")"
+		}
+		if pgErr.Position > 0 && dbErr.Line > 0 {
+			where += fmt.Sprintf(" at line %d: %s", dbErr.Line, lineOf(dbErr.Query, dbErr.Line))
+		}
+	}
+	return fmt.Errorf("migration %d (%s) failed: %w%s", version, name, cause, where)
+}
+
+// fileName is the name of the migration file for version and direction in
+// fsys, or a placeholder when there is none.
+func fileName(fsys fs.FS, version uint, direction source.Direction) string {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return "file unknown"
+	}
+	for _, e := range entries {
+		m, err := source.Parse(e.Name())
+		if err == nil && m.Version == version && m.Direction == direction {
+			return e.Name()
+		}
+	}
+	return "file unknown"
+}
+
+// lineOf returns line n (counted from 1) of sql, trimmed.
+func lineOf(sql []byte, n uint) string {
+	lines := strings.Split(strings.ReplaceAll(string(sql), "\r\n", "\n"), "\n")
+	if n == 0 || int(n) > len(lines) {
+		return ""
+	}
+	return strings.TrimSpace(lines[n-1])
 }
