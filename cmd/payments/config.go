@@ -27,6 +27,7 @@ type config struct {
 	CacheSize       int
 	JanitorInterval time.Duration
 	JanitorBatch    int
+	MigrateWait     time.Duration
 }
 
 // setting is one configuration value: its variable, flag, default and parser.
@@ -87,6 +88,8 @@ func (c *config) settings() []setting {
 			durationInto(&c.RelayPoll)},
 		{"EVENT_RETENTION", "event-retention", "720h", "how long published events stay in the outbox (and the /v1/events feed)",
 			durationInto(&c.EventRetention)},
+		{"MIGRATE_WAIT", "migrate-wait", "60s", "how long migrate up waits for PostgreSQL to accept connections",
+			durationInto(&c.MigrateWait)},
 	}
 }
 

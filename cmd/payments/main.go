@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "consume":
 		return consume(ctx, rest, getenv, stderr)
 	case "migrate":
-		return migrate(rest, getenv, stdout, stderr)
+		return migrate(ctx, rest, getenv, stdout, stderr)
 	case "merchants":
 		return merchants(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":

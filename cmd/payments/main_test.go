@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
@@ -250,4 +253,157 @@ func TestMigrateCreatesMissingDatabase(t *testing.T) {
 	if !strings.Contains(errs.String(), "created database") || !migrated.MatchString(out.String()) {
 		t.Errorf("stdout %q, stderr %q", out.String(), errs.String())
 	}
+}
+
+// TestMigrateWaitsForPostgreSQL: "migrate up" next to a PostgreSQL that is still
+// starting waits for it, a line per wait, and migrates once it answers.
+func TestMigrateWaitsForPostgreSQL(t *testing.T) {
+	admin, err := url.Parse(pgtest.AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	name := "payments_test_waited_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	dropDatabaseAtCleanup(t, admin.String(), name)
+	target := *admin
+	target.Host = port
+	target.Path = "/" + name
+
+	// The server "starts" 1.5 s later: a TCP relay to the real one opens the port.
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		time.Sleep(1500 * time.Millisecond)
+		relayTCP(t, port, admin.Host)
+	}()
+	defer func() { <-started }()
+	var out bytes.Buffer
+	errs := &lockedBuffer{}
+	env := envOf(map[string]string{"DATABASE_URL": target.String(), "MIGRATE_WAIT": "20s"})
+	if err := run(context.Background(), []string{"migrate", "up"}, env, &out, errs); err != nil {
+		t.Fatalf("migrate up: %v\nstderr:\n%s", err, errs)
+	}
+	wait := "waiting for PostgreSQL at " + port + ": connect: connection refused\n"
+	if n := strings.Count(errs.String(), wait); n < 1 || !migrated.MatchString(out.String()) {
+		t.Errorf("stdout %q; stderr has %d lines %q:\n%s", out.String(), n, wait, errs)
+	}
+}
+
+// TestMigrateWaitIsBounded: nobody ever listens, so "migrate up" gives up after
+// MIGRATE_WAIT with an error naming the server and the cause.
+func TestMigrateWaitIsBounded(t *testing.T) {
+	port := freePort(t)
+	var errs bytes.Buffer
+	env := envOf(map[string]string{
+		"DATABASE_URL": "postgres://postgres@" + port + "/payments?sslmode=disable",
+		"MIGRATE_WAIT": "2500ms",
+	})
+	start := time.Now()
+	err := run(context.Background(), []string{"migrate", "up"}, env, io.Discard, &errs)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "PostgreSQL at "+port+" did not accept connections within 2.5s (MIGRATE_WAIT)") ||
+		!strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("migrate up = %v", err)
+	}
+	// Attempts at 0, 1, 2 and 2.5 s: a line for each of the first three.
+	if n := strings.Count(errs.String(), "waiting for PostgreSQL at "+port+": connect: connection refused\n"); n < 2 || n > 3 {
+		t.Errorf("want 3 waiting lines in 2.5 s, got %d:\n%s", n, errs.String())
+	}
+	if took < 2500*time.Millisecond || took > 10*time.Second {
+		t.Errorf("migrate up gave up after %s, want about 2.5 s", took)
+	}
+}
+
+// TestMigrateDoesNotRetryServerErrors: a server that answers with an error
+// (here: no such role) fails at once, without waiting.
+func TestMigrateDoesNotRetryServerErrors(t *testing.T) {
+	u, err := url.Parse(pgtest.AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("nobody_" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""))
+	var errs bytes.Buffer
+	env := envOf(map[string]string{"DATABASE_URL": u.String(), "MIGRATE_WAIT": "30s"})
+	start := time.Now()
+	err = run(context.Background(), []string{"migrate", "up"}, env, io.Discard, &errs)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "28") { // invalid authorization
+		t.Errorf("migrate up = %v, want an authorization error from the server", err)
+	}
+	if strings.Contains(errs.String(), "waiting for") || time.Since(start) > 5*time.Second {
+		t.Errorf("migrate up waited (%s):\n%s", time.Since(start), errs.String())
+	}
+}
+
+// freePort returns a 127.0.0.1:port that nothing listens on.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// relayTCP listens on addr and relays each connection to upstream until the
+// test ends.
+func relayTCP(t *testing.T, addr, upstream string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("relay: %v", err)
+		return
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	track := func(c net.Conn) { mu.Lock(); conns = append(conns, c); mu.Unlock() }
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", upstream)
+			if err != nil {
+				down.Close()
+				continue
+			}
+			track(down)
+			track(up)
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(up, down); up.Close() }()
+			go func() { defer wg.Done(); _, _ = io.Copy(down, up); down.Close() }()
+		}
+	}()
+}
+
+// dropDatabaseAtCleanup drops database name on the admin server when the test ends.
+func dropDatabaseAtCleanup(t *testing.T, adminURL, name string) {
+	t.Helper()
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), adminURL)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Error(err)
+		}
+	})
 }
