@@ -5,6 +5,7 @@
 //	payments consume                    run the worked-example event consumer
 //	payments migrate up|down|version    manage the database schema
 //	payments merchants create --name N  register a merchant, print its API key
+//	payments healthcheck [--url URL]    exit 0 when the running service is ready
 package main
 
 import (
@@ -31,6 +32,7 @@ const usage = `usage:
   payments consume [flags]               run the worked-example consumer (balance projection)
   payments migrate up|down|version       manage the database schema
   payments merchants create --name NAME  register a merchant and print its API key
+  payments healthcheck [--url URL]       exit 0 when the service at HTTP_ADDR answers /readyz with 200
 
 Run "payments serve -h" for the settings; each flag overrides its environment variable.`
 
@@ -50,6 +52,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, rest, getenv, stdout, stderr)
 	case "merchants":
 		return merchants(ctx, rest, getenv, stdout, stderr)
+	case "healthcheck":
+		return healthcheck(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		_, err := fmt.Fprintln(stdout, usage)
 		return err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -148,6 +149,11 @@ func TestServeEndToEnd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	out.Reset()
+	if err := run(ctx, []string{"healthcheck"}, envOf(map[string]string{"HTTP_ADDR": addr}), &out, io.Discard); err != nil ||
+		!strings.Contains(out.String(), "200 OK") {
+		t.Errorf("healthcheck = %v, printed %q", err, out.String())
+	}
 	for _, path := range []string{"/readyz", "/openapi.yaml", "/docs/"} {
 		r, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -406,4 +412,54 @@ func dropDatabaseAtCleanup(t *testing.T, adminURL, name string) {
 			t.Error(err)
 		}
 	})
+}
+
+// TestHealthcheck: "payments healthcheck" exits 0 only on a 200 from /readyz,
+// and finds it from HTTP_ADDR.
+func TestHealthcheck(t *testing.T) {
+	ready := true
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path != "/readyz" {
+			http.NotFound(w, r)
+			return
+		}
+		if !ready {
+			http.Error(w, `{"status":503}`, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"ready"}`)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	env := envOf(map[string]string{"HTTP_ADDR": addr})
+	if err := run(context.Background(), []string{"healthcheck"}, env, io.Discard, io.Discard); err != nil {
+		t.Errorf("ready: healthcheck = %v", err)
+	}
+	mu.Lock()
+	ready = false
+	mu.Unlock()
+	if err := run(context.Background(), []string{"healthcheck"}, env, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("not ready: healthcheck = %v, want an error naming 503", err)
+	}
+	nobody := "http://" + freePort(t) + "/readyz"
+	if err := run(context.Background(), []string{"healthcheck", "--url", nobody}, envOf(nil), io.Discard, io.Discard); err == nil {
+		t.Error("healthcheck of a port nobody listens on succeeded")
+	}
+
+	for addr, want := range map[string]string{
+		"":               "http://127.0.0.1:8080/readyz",
+		":8080":          "http://127.0.0.1:8080/readyz",
+		"0.0.0.0:9000":   "http://127.0.0.1:9000/readyz",
+		"[::]:9000":      "http://127.0.0.1:9000/readyz",
+		"localhost:8081": "http://localhost:8081/readyz",
+		"[::1]:8082":     "http://[::1]:8082/readyz",
+	} {
+		if got := readyzURL(addr); got != want {
+			t.Errorf("readyzURL(%q) = %q, want %q", addr, got, want)
+		}
+	}
 }
