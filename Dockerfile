@@ -1,5 +1,8 @@
 # syntax=docker/dockerfile:1
 # A small static image of the payments service: docker build -t payments .
+# The build context leaves out what .dockerignore lists (.git, bin/, docs/, ...).
+# No HEALTHCHECK here: migrate and consume run this image too, without a server;
+# docker-compose.yml gives the payments service one (payments healthcheck).
 
 FROM golang:1.26 AS build
 WORKDIR /src
