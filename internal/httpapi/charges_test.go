@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -108,9 +109,13 @@ func TestKeyReusedForAnotherRequestIsRefused(t *testing.T) {
 	}
 }
 
+// TestBusinessRefusalsAreStoredAndReplayed: a 402, a 404 and a 422 decided
+// after the key was claimed are stored and replayed even once the account
+// would allow the request. What is stored is read where it is stored, the
+// key's row, and the replays come from there too: the response cache is off.
 func TestBusinessRefusalsAreStoredAndReplayed(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f := setup(t, func(o *setupOptions) { o.cacheSize = 0 })
 	usd := f.account("USD", 100)
 	eur := f.account("EUR", 100)
 	unknown := "acct_" + strings.Repeat("1", 32)
@@ -131,6 +136,9 @@ func TestBusinessRefusalsAreStoredAndReplayed(t *testing.T) {
 			first := f.post("/v1/charges", key, tc.body)
 			if first.status != tc.status || first.code(t) != tc.code {
 				t.Fatalf("got %d %s, want %d %s", first.status, first.body, tc.status, tc.code)
+			}
+			if status, body := f.storedResponse(key); status != first.status || !bytes.Equal(body, first.body) {
+				t.Fatalf("the key's row holds %d %s, want the answer %d %s", status, body, first.status, first.body)
 			}
 			// Fund the accounts generously: the stored refusal is still the answer.
 			f.post("/v1/accounts/"+usd+"/deposits", uuid.NewString(), `{"amount":10000}`)
@@ -500,5 +508,39 @@ func TestLargeResponsesAreStoredCompressed(t *testing.T) {
 	}
 	if f.balance(acct) != 990 {
 		t.Errorf("balance %d, want 990", f.balance(acct))
+	}
+}
+
+// TestJanitorKeepsLiveKeys: the janitor, run against the service's store,
+// leaves a key younger than the retention alone (its retry still replays from
+// the table) and deletes it once it is older.
+func TestJanitorKeepsLiveKeys(t *testing.T) {
+	t.Parallel()
+	// A database of its own: a sweep deletes every expired key in it.
+	f := setup(t, func(o *setupOptions) { o.databaseURL, o.cacheSize = pgtest.NewDatabase(t), 0 })
+	acct := f.account("USD", 1000)
+	key := uuid.NewString()
+	first := f.post("/v1/charges", key, chargeBody(acct, 100))
+	if first.status != http.StatusCreated {
+		t.Fatalf("charge: %d %s", first.status, first.body)
+	}
+	const ttl = 24 * time.Hour
+	janitor := idempotency.NewJanitor(f.store, slog.New(slog.DiscardHandler), ttl, time.Hour, 100, time.Millisecond)
+	ctx := context.Background()
+	if n := janitor.Sweep(ctx); n != 0 || f.keys() != 3 {
+		t.Fatalf("a sweep of live keys deleted %d; %d keys left, want 3", n, f.keys())
+	}
+	if again := f.post("/v1/charges", key, chargeBody(acct, 100)); !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry after the sweep: %d %s, want the stored answer", again.status, again.body)
+	}
+	if _, err := f.db.Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - $3::interval - interval '1 second'
+WHERE merchant_id = $1 AND key = $2`, f.merchantID, key, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if n := janitor.Sweep(ctx); n != 1 || f.keys() != 2 {
+		t.Errorf("a sweep with one expired key deleted %d; %d keys left, want 2", n, f.keys())
+	}
+	if f.charges() != 1 || f.balance(acct) != 900 {
+		t.Errorf("%d charges, balance %d; want 1 and 900", f.charges(), f.balance(acct))
 	}
 }

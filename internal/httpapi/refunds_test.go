@@ -7,9 +7,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"payments/internal/payment"
 	"payments/internal/pgtest"
 )
 
@@ -166,5 +168,84 @@ CREATE TRIGGER inject_fault AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION
 	}
 	if n := f.count(`SELECT count(*) FROM events WHERE merchant_id = $1 AND type = 'charge.succeeded'`); n != 1 {
 		t.Errorf("%d charge.succeeded events after the retry, want 1", n)
+	}
+}
+
+// TestRefundWaitsForTheChargeLock: while another transaction refunds the whole
+// charge, a concurrent refund waits for the charge's row and is then decided
+// from what that transaction left: 422 refund-exceeds-charge, never a second
+// refund and never a 500. It does not depend on scheduling: the first
+// transaction is held open until the refund is seen waiting on it.
+func TestRefundWaitsForTheChargeLock(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 600)
+	ch := f.charge(acct, 600) // balance 0
+	chargeID, _ := payment.ParseID(payment.PrefixCharge, ch)
+	accountID, _ := payment.ParseID(payment.PrefixAccount, acct)
+
+	// A full refund in flight in another transaction: the charge row is
+	// locked by its UPDATE until it commits.
+	ctx := context.Background()
+	holder, err := f.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) // a no-op once committed
+	var holderPID int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `
+WITH c AS (
+    UPDATE charges SET amount_refunded = amount WHERE merchant_id = $1 AND id = $2
+), a AS (
+    UPDATE accounts SET balance = balance + 600 WHERE merchant_id = $1 AND id = $3
+)
+INSERT INTO refunds (merchant_id, id, charge_id, account_id, amount, currency)
+VALUES ($1, gen_random_uuid(), $2, $3, 600, 'USD')`, f.merchantID, chargeID, accountID); err != nil {
+		t.Fatal(err)
+	}
+
+	answer := make(chan reply, 1)
+	req := f.request(http.MethodPost, "/v1/charges/"+ch+"/refunds", uuid.NewString(), `{"amount":400}`)
+	go func() { answer <- f.do(req) }()
+	f.awaitBlockedBy(t, holderPID)
+	select {
+	case r := <-answer:
+		t.Fatalf("the refund answered %d %s while the charge was locked", r.status, r.body)
+	default:
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r := <-answer
+	if r.status != http.StatusUnprocessableEntity || r.code(t) != "refund-exceeds-charge" {
+		t.Errorf("the waiting refund got %d %s, want 422 refund-exceeds-charge", r.status, r.body)
+	}
+	if n := f.count(`SELECT count(*) FROM refunds WHERE merchant_id = $1`); n != 1 || f.balance(acct) != 600 || f.amountRefunded(ch) != 600 {
+		t.Errorf("%d refunds (want 1), balance %d (want 600), amount_refunded %v (want 600)", n, f.balance(acct), f.amountRefunded(ch))
+	}
+	f.checkLedger(acct)
+}
+
+// awaitBlockedBy waits until some backend is waiting for a lock that the
+// backend pid holds, for up to 10 s.
+func (f *fixture) awaitBlockedBy(t *testing.T, pid int) {
+	t.Helper()
+	const bound = 10 * time.Second
+	for deadline := time.Now().Add(bound); ; time.Sleep(10 * time.Millisecond) {
+		var waiting bool
+		if err := f.db.QueryRow(context.Background(),
+			`SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no request waited for the lock held by backend %d within %v", pid, bound)
+		}
 	}
 }

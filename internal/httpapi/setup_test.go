@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/klauspost/compress/zstd"
 
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
@@ -207,6 +208,34 @@ func (f *fixture) count(sql string, args ...any) int {
 	}
 	return n
 }
+
+// storedResponse reads the status and the (decompressed) body stored under
+// the merchant's key; status 0 when the row holds no response.
+func (f *fixture) storedResponse(key string) (int, []byte) {
+	f.t.Helper()
+	var (
+		status   *int
+		body     []byte
+		encoding *string
+	)
+	if err := f.db.QueryRow(context.Background(),
+		`SELECT status, body, body_encoding FROM idempotency_keys WHERE merchant_id = $1 AND key = $2`,
+		f.merchantID, key).Scan(&status, &body, &encoding); err != nil {
+		f.t.Fatalf("read the key's row: %v", err)
+	}
+	if encoding != nil {
+		var err error
+		if body, err = zstdDecoder.DecodeAll(body, nil); err != nil {
+			f.t.Fatalf("decode the stored %s body: %v", *encoding, err)
+		}
+	}
+	if status == nil {
+		return 0, body
+	}
+	return *status, body
+}
+
+var zstdDecoder, _ = zstd.NewReader(nil)
 
 func (f *fixture) charges() int {
 	return f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1`)

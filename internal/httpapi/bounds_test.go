@@ -1,0 +1,172 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"payments/internal/idempotency"
+	"payments/internal/payment"
+)
+
+// TestAmountBoundsAreInclusive: exactly 1 and exactly 99,999,999 are valid
+// amounts for a deposit, a charge and a refund; one past either end is a 400
+// that is not stored and moves nothing.
+func TestAmountBoundsAreInclusive(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 0)
+	deposit := func(amount int64) reply {
+		return f.post("/v1/accounts/"+acct+"/deposits", uuid.NewString(), `{"amount":`+itoa(amount)+`}`)
+	}
+	charge := func(amount int64) reply { return f.post("/v1/charges", uuid.NewString(), chargeBody(acct, amount)) }
+	refund := func(chargeID string, amount int64) reply {
+		return f.post("/v1/charges/"+chargeID+"/refunds", uuid.NewString(), `{"amount":`+itoa(amount)+`}`)
+	}
+	mustCreate := func(what string, r reply) string {
+		t.Helper()
+		if r.status != http.StatusCreated {
+			t.Fatalf("%s: %d %s, want 201", what, r.status, r.body)
+		}
+		return r.json(t)["id"].(string)
+	}
+
+	const top = payment.MaxAmount
+	if top != 99_999_999 || payment.MinAmount != 1 {
+		t.Fatalf("the documented bounds are 1 and 99,999,999; the code says %d and %d", payment.MinAmount, top)
+	}
+	mustCreate("deposit of 1", deposit(1))
+	mustCreate("deposit of 99,999,999", deposit(top))
+	big := mustCreate("charge of 99,999,999", charge(top)) // balance 1
+	small := mustCreate("charge of 1", charge(1))          // balance 0
+	mustCreate("refund of 99,999,999", refund(big, top))   // balance 99,999,999
+	mustCreate("refund of 1", refund(small, 1))            // balance 100,000,000
+	if got := f.balance(acct); got != top+1 {
+		t.Fatalf("balance %d, want %d", got, top+1)
+	}
+
+	keys, charges := f.keys(), f.charges()
+	for _, c := range []struct {
+		name string
+		r    reply
+	}{
+		{"deposit of 0", deposit(0)},
+		{"deposit of 100,000,000", deposit(top + 1)},
+		{"charge of 0", charge(0)},
+		{"charge of 100,000,000", charge(top + 1)},
+		{"refund of 0", refund(big, 0)},
+		{"refund of 100,000,000", refund(big, top+1)},
+	} {
+		if c.r.status != http.StatusBadRequest || c.r.code(t) != "invalid-request" {
+			t.Errorf("%s: %d %s, want 400 invalid-request", c.name, c.r.status, c.r.body)
+		}
+	}
+	if f.keys() != keys || f.charges() != charges || f.balance(acct) != top+1 {
+		t.Errorf("refused amounts changed something: %d keys (want %d), %d charges (want %d), balance %d",
+			f.keys(), keys, f.charges(), charges, f.balance(acct))
+	}
+	f.checkLedger(acct)
+}
+
+// TestInFlightWaitIsBoundedBothWays: a request whose key is held by a
+// transaction in flight gets 409 idempotency-key-in-use no sooner than the
+// wait bound and well before twice it, whichever path it takes: a charge the
+// account covers, one it does not, the general path of the other POSTs, and
+// a follower coalesced behind a leader in this process. Nothing executes.
+func TestInFlightWaitIsBoundedBothWays(t *testing.T) {
+	t.Parallel()
+	const (
+		bound = 2 * time.Second
+		// A second wait would take 2 × bound; this leaves a loaded machine
+		// 1.5 s for everything else.
+		upper = bound + 1500*time.Millisecond
+	)
+	f := setup(t, func(o *setupOptions) { o.keyWait = bound })
+
+	// Each case has accounts of its own: a charge whose key is held must not
+	// also queue behind another case's lock on a shared account.
+	cases := []struct {
+		name string
+		// request returns the path and body of the request to send, on a
+		// fresh account funded with deposit.
+		request    func(acct string) (path, body string)
+		deposit    int64
+		concurrent int // requests sent at once with the key
+	}{
+		{"charge the account covers", func(a string) (string, string) { return "/v1/charges", chargeBody(a, 100) }, 1000, 1},
+		{"charge the account does not cover", func(a string) (string, string) { return "/v1/charges", chargeBody(a, 100) }, 0, 1},
+		{"deposit", func(a string) (string, string) { return "/v1/accounts/" + a + "/deposits", `{"amount":5}` }, 1000, 1},
+		{"account", func(string) (string, string) { return "/v1/accounts", `{"currency":"USD"}` }, 1000, 1},
+		{"refund", func(a string) (string, string) { return "/v1/charges/" + f.charge(a, 100) + "/refunds", `{"amount":5}` }, 1000, 1},
+		{"coalesced retries of a charge", func(a string) (string, string) { return "/v1/charges", chargeBody(a, 100) }, 1000, 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			acct := f.account("USD", c.deposit)
+			path, body := c.request(acct)
+			charges, balance := f.accountCharges(acct), f.balance(acct)
+			key := uuid.NewString()
+			f.holdKey(t, key, http.MethodPost, path, body)
+			requests := make([]*http.Request, c.concurrent)
+			for i := range requests {
+				requests[i] = f.request(http.MethodPost, path, key, body)
+			}
+			type timed struct {
+				r      reply
+				waited time.Duration
+			}
+			answers := make(chan timed, c.concurrent)
+			began := time.Now()
+			for _, req := range requests {
+				go func() {
+					r := f.do(req)
+					answers <- timed{r, time.Since(began)}
+				}()
+			}
+			for range c.concurrent {
+				a := <-answers
+				if a.r.status != http.StatusConflict || a.r.code(t) != "idempotency-key-in-use" {
+					t.Errorf("got %d %s, want 409 idempotency-key-in-use", a.r.status, a.r.body)
+				}
+				if a.waited < bound || a.waited >= upper {
+					t.Errorf("answered after %v; want at least the bound %v and less than %v", a.waited, bound, upper)
+				}
+			}
+			if got, n := f.balance(acct), f.accountCharges(acct); got != balance || n != charges {
+				t.Errorf("balance %d and %d charges after the 409s, want %d and %d: a waiting request executed", got, n, balance, charges)
+			}
+		})
+	}
+}
+
+// accountCharges counts the charges of one account.
+func (f *fixture) accountCharges(accountID string) int {
+	f.t.Helper()
+	id, _ := payment.ParseID(payment.PrefixAccount, accountID)
+	return f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1 AND account_id = $2`, id)
+}
+
+// holdKey claims key for the request in a transaction that stays open until
+// the test ends, as a request in flight on another replica would.
+func (f *fixture) holdKey(t *testing.T, key, method, path, body string) {
+	t.Helper()
+	canonical, err := idempotency.Canonicalize([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := idempotency.NewFingerprint(method, path, canonical)
+	ctx := context.Background()
+	holder, err := f.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(ctx) })
+	if _, err := holder.Exec(ctx, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint) VALUES ($1, $2, $3)`,
+		f.merchantID, key, fp[:]); err != nil {
+		t.Fatal(err)
+	}
+}
