@@ -2,15 +2,19 @@
 # run.sh: start payments on this machine for development (`make run` calls it).
 #
 #  1. PostgreSQL: with DATABASE_URL set, that server; else, when a Docker engine
-#     answers, the postgres and nats services of docker-compose.yml; else a
-#     PostgreSQL on localhost:5432 (user postgres, no password; migrate creates
-#     database payments) and whatever NATS answers on localhost:4222 (the relay
-#     waits for one, events stay in the outbox meanwhile).
+#     answers, the postgres and nats services of docker-compose.yml (nats not when
+#     NATS_URL is set), published on POSTGRES_PORT and NATS_PORT, with NATS_URL
+#     following NATS_PORT; a port that is already taken is reported with the
+#     service and the variable that moves it. Else a PostgreSQL on localhost:5432
+#     (user postgres, no password; migrate creates database payments) and
+#     whatever NATS answers on NATS_URL, default localhost:4222 (the relay waits
+#     for one, events stay in the outbox meanwhile).
 #  2. Builds bin/payments, migrates, creates a development merchant.
 #  3. Prints a curl session with the merchant's API key, and serves on HTTP_ADDR.
 #
-# Environment: DATABASE_URL, HTTP_ADDR (default :8080), POSTGRES_PORT (host port of
-# the Compose postgres, default 5432).
+# Environment: DATABASE_URL, NATS_URL, HTTP_ADDR (default :8080), POSTGRES_PORT
+# and NATS_PORT (host ports of the Compose postgres and nats, default 5432 and
+# 4222).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -21,6 +25,35 @@ die() {
 }
 # port_open HOST PORT: whether something accepts TCP connections there.
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+# port_variable SERVICE: the variable that moves the host port of a Compose service.
+port_variable() {
+	case $1 in
+	postgres) echo POSTGRES_PORT ;;
+	nats) echo NATS_PORT ;;
+	payments) echo HTTP_PORT ;;
+	esac
+}
+# published_port SERVICE: the host port docker-compose.yml publishes it on.
+published_port() {
+	case $1 in
+	postgres) echo "${POSTGRES_PORT:-5432}" ;;
+	nats) echo "${NATS_PORT:-4222}" ;;
+	payments) echo "${HTTP_PORT:-8080}" ;;
+	esac
+}
+# clash_hint LOG: what to do about a failed docker compose up whose output is in
+# LOG: the service whose port was taken and the variable that moves it.
+clash_hint() {
+	local service port
+	for service in postgres nats payments; do
+		port=$(published_port "$service")
+		if grep -Eq "[:.]$port\b.*(already allocated|already in use)|(already allocated|already in use).*[:.]$port\b" "$1"; then
+			echo "Port $port of $service is taken; move it: $(port_variable "$service")=$((port + 1)) make run"
+			return
+		fi
+	done
+	echo "If a port is taken, move it: POSTGRES_PORT (postgres, now $(published_port postgres)) or NATS_PORT (nats, now $(published_port nats)), e.g. POSTGRES_PORT=5433 make run"
+}
 
 command -v go >/dev/null 2>&1 ||
 	die "Go is not installed (or not on PATH): install Go 1.26 or newer from https://go.dev/dl/ and run make run again."
@@ -35,11 +68,36 @@ elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
 		die "Docker answers, but the Compose plugin is missing ('docker compose version' fails)." \
 			"Install Docker Compose v2 (https://docs.docker.com/compose/install/), or set DATABASE_URL to a PostgreSQL of your own."
 	pg_port=${POSTGRES_PORT:-5432}
-	say "Docker engine found: starting PostgreSQL (localhost:$pg_port) and NATS with docker compose"
-	POSTGRES_PORT=$pg_port docker compose up -d --wait postgres nats ||
-		die "docker compose could not start postgres (see above)." \
-			"If port $pg_port is taken (a local PostgreSQL, say), pick another: POSTGRES_PORT=5433 make run"
-	export DATABASE_URL="postgres://postgres:postgres@localhost:$pg_port/payments?sslmode=disable"
+	nats_port=${NATS_PORT:-4222}
+	services=(postgres)
+	if [ -n "${NATS_URL:-}" ]; then
+		say "using the NATS in NATS_URL"
+	else
+		services+=(nats)
+		export NATS_URL="nats://127.0.0.1:$nats_port"
+	fi
+	# A port taken by something other than this project's own container would
+	# make docker compose fail with a message about the port alone.
+	running=$(docker compose ps --status running --services 2>/dev/null || true)
+	for service in "${services[@]}"; do
+		port=$(published_port "$service")
+		if ! grep -qx "$service" <<<"$running" && port_open 127.0.0.1 "$port"; then
+			die "port $port is taken (another $service, say), and docker compose would publish $service there." \
+				"Move it: $(port_variable "$service")=$((port + 1)) make run"
+		fi
+	done
+	where="PostgreSQL on localhost:$pg_port"
+	[ "${#services[@]}" -eq 1 ] || where="$where, NATS on localhost:$nats_port"
+	say "Docker engine found: starting ${services[*]} with docker compose ($where)"
+	compose_log=$(mktemp)
+	if ! POSTGRES_PORT=$pg_port NATS_PORT=$nats_port docker compose up -d --wait "${services[@]}" 2>&1 | tee "$compose_log" >&2; then
+		hint=$(clash_hint "$compose_log")
+		rm -f "$compose_log"
+		die "docker compose could not start ${services[*]} (see above)." "$hint"
+	fi
+	rm -f "$compose_log"
+	migrate_hint="The postgres service of docker-compose.yml is on localhost:$pg_port; 'docker compose logs postgres' shows its side."
+	export DATABASE_URL="postgres://postgres:postgres@127.0.0.1:$pg_port/payments?sslmode=disable"
 else
 	say "no Docker engine answers ('docker info' fails): using a PostgreSQL on localhost:5432"
 	port_open 127.0.0.1 5432 ||
@@ -49,6 +107,8 @@ else
 			"  - set DATABASE_URL to a PostgreSQL of your own: DATABASE_URL=postgres://user:pass@host:5432/payments make run"
 	# "payments migrate up" creates database payments when it is missing.
 	export DATABASE_URL="postgres://postgres@localhost:5432/payments?sslmode=disable"
+	migrate_hint="It connects as user postgres without a password to localhost:5432 and creates database payments if missing;
+let that user in (trust for localhost in pg_hba.conf) or set DATABASE_URL to a database of your own."
 fi
 
 # --- 2. Build, migrate, development merchant ---------------------------------------
@@ -57,9 +117,7 @@ go build -o bin/payments ./cmd/payments
 
 say "migrating"
 bin/payments migrate up ||
-	die "'payments migrate up' failed (see above)." \
-		"It connects as user postgres without a password to localhost:5432 and creates database payments if missing;" \
-		"let that user in (trust for localhost in pg_hba.conf) or set DATABASE_URL to a database of your own."
+	die "'payments migrate up' failed (see above)." "${migrate_hint:-Check the database that DATABASE_URL names.}"
 
 creds=$(bin/payments merchants create --name dev) ||
 	die "'payments merchants create --name dev' failed (see above)."
