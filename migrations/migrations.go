@@ -114,7 +114,7 @@ func isRunError(err error) bool {
 
 // failure names the migration file that failed and gives the cause first:
 //
-//	migration 3 (0003_outbox_delivery.up.sql) failed: ERROR: syntax error at or near "TABLEX" (SQLSTATE 42601) at line 12: CREATE TABLEX inbox (
+//	migration 2 (0002_broken.up.sql) failed: ERROR: syntax error at or near "TABLEX" (SQLSTATE 42601) at line 4: CREATE TABLEX broken (id int);
 //
 // golang-migrate's own message puts the whole SQL file before its cause. The
 // returned error wraps the driver's (a *pgconn.PgError for SQL errors).
