@@ -138,19 +138,38 @@ func TestCrashBetweenPublishAndMarkIsDeduplicated(t *testing.T) {
 
 // TestConsumerAppliesEachEventOnce drives the consumer end to end, then
 // redelivers every event: the projection must equal the real balances.
+// Some charges fail, so charge.failed events go through too.
 func TestConsumerAppliesEachEventOnce(t *testing.T) {
+	const (
+		deposit = 2000
+		amount  = 150
+		charges = 20 // per account: 13 are covered (1,950), the 14th to 20th fail
+		failed  = 2 * (charges - deposit/amount)
+	)
 	e := setup(t)
 	e.startRelay()
 	c := e.startConsumer()
-	accounts := []uuid.UUID{e.account(5000), e.account(5000)}
-	for i := range 40 {
-		e.charge(accounts[i%2], 150) // the 34th charge of an account fails
+	accounts := []uuid.UUID{e.account(deposit), e.account(deposit)}
+	for i := range 2 * charges {
+		e.charge(accounts[i%2], amount)
 	}
 	events := int64(e.count(`SELECT count(*) FROM events`))
 	e.waitUntil("every event is applied", func() bool { return c.Stats.Applied.Load() == events })
 
+	msgs := e.streamMessages()
+	inOutbox := e.count(`SELECT count(*) FROM events WHERE type = 'charge.failed'`)
+	inStream := 0
+	for _, m := range msgs {
+		if m.Subject() == relay.SubjectPrefix+payment.EventChargeFailed {
+			inStream++
+		}
+	}
+	if inOutbox != failed || inStream != failed {
+		t.Fatalf("charge.failed: %d events in the outbox, %d messages in the stream; want %d of each", inOutbox, inStream, failed)
+	}
+
 	// A redelivery of everything, as after a consumer crash before its acks.
-	for _, m := range e.streamMessages() {
+	for _, m := range msgs {
 		effect, err := consumer.Effect(m.Headers().Get(relay.MerchantHeader), m.Data())
 		if err != nil {
 			t.Fatal(err)
@@ -165,8 +184,8 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		projected, _, err := e.store.ProjectedBalance(context.Background(), e.merchant, acct)
-		if err != nil || projected != a.Balance {
-			t.Errorf("account %s: projected %d, real %d (%v)", acct, projected, a.Balance, err)
+		if err != nil || projected != a.Balance || a.Balance != deposit%amount {
+			t.Errorf("account %s: projected %d, real %d (%v); want %d for both", acct, projected, a.Balance, err, deposit%amount)
 		}
 	}
 }
