@@ -107,13 +107,22 @@ func TestCrashBetweenPublishAndMarkIsDeduplicated(t *testing.T) {
 	acct := e.account(1000)
 	e.charge(acct, 300)
 	events := e.count(`SELECT count(*) FROM events`) // account, deposit, charge
+	// So that the crash comes after all three are published, not after a
+	// first batch that a transaction elsewhere on the server cut short.
+	e.waitUntil("every event is readable by the relay", func() bool { return e.readable() == events })
 
-	crashed, stop := e.startRelay(func(r *relay.Relay) {
+	crashed, stop, ended := e.runRelay(func(r *relay.Relay) {
 		r.SetBeforeMark(func() error { return errors.New("killed") })
 	})
-	e.waitUntil("the crashed relay has published", func() bool { return crashed.Stats.Published.Load() == int64(events) })
-	if err := stop(); err == nil {
-		t.Fatal("the relay did not stop at the crash point")
+	// The relay must stop by itself: stopping it from here could cancel
+	// its context first, and Run returns nil for a cancelled context.
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not stop at the crash point within 30 s")
+	}
+	if err := stop(); err == nil || crashed.Stats.Published.Load() != int64(events) {
+		t.Fatalf("the crashed relay published %d events and returned %v; want %d and an error", crashed.Stats.Published.Load(), err, events)
 	}
 	if n := e.count(`SELECT count(*) FROM events WHERE published_at IS NULL`); n != events {
 		t.Fatalf("%d unpublished events after the crash, want %d", n, events)

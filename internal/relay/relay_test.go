@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -159,8 +158,18 @@ func (e *env) charge(account uuid.UUID, amount int64) {
 	})
 }
 
-// startRelay runs a relay until the test ends or stop is called.
+// startRelay runs a relay until the test ends or stop is called; stop
+// returns what Run returned.
 func (e *env) startRelay(configure ...func(*relay.Relay)) (r *relay.Relay, stop func() error) {
+	e.t.Helper()
+	r, stop, _ = e.runRelay(configure...)
+	return r, stop
+}
+
+// runRelay is startRelay that also returns a channel closed when Run
+// returns, for a test whose relay stops by itself; stop then returns Run's
+// result without cancelling anything.
+func (e *env) runRelay(configure ...func(*relay.Relay)) (r *relay.Relay, stop func() error, ended <-chan struct{}) {
 	e.t.Helper()
 	r, err := relay.New(e.store, e.nats.connect(), e.log, relay.Options{Poll: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
 	if err != nil {
@@ -170,16 +179,19 @@ func (e *env) startRelay(configure ...func(*relay.Relay)) (r *relay.Relay, stop 
 		c(r)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
+	done := make(chan struct{})
 	var runErr error
+	go func() {
+		defer close(done)
+		runErr = r.Run(ctx)
+	}()
 	stop = func() error {
-		once.Do(func() { cancel(); runErr = <-done })
+		cancel()
+		<-done
 		return runErr
 	}
 	e.t.Cleanup(func() { _ = stop() })
-	return r, stop
+	return r, stop, done
 }
 
 func (e *env) count(sql string) int {
@@ -205,6 +217,15 @@ func (e *env) waitUntil(what string, cond func() bool) {
 
 func (e *env) drained() bool {
 	return e.count(`SELECT count(*) FROM events WHERE published_at IS NULL`) == 0
+}
+
+// readable counts the unpublished events the relay can read: those of
+// transactions older than every transaction still running on the server
+// (any database's, other tests' included), as in postgres.unpublishedSQL.
+func (e *env) readable() int {
+	e.t.Helper()
+	return e.count(`SELECT count(*) FROM events
+WHERE published_at IS NULL AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`)
 }
 
 // streamMessages reads the whole stream in order.
