@@ -3,7 +3,10 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +98,97 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	}
 	if ids := e.feedOrder(); len(ids) != len(msgs) {
 		t.Errorf("%d events, %d messages", len(ids), len(msgs))
+	}
+}
+
+// TestRefusedEventIsNeverOvertaken: when the stream refuses one event of a
+// batch (it is over the stream's MaxMsgSize), no later event of the batch is
+// stored before it, and only the acknowledged prefix is marked published; once
+// the stream takes it, every event arrives once, in feed order, and is marked.
+// Without the chaining by expected last message id, the events after the
+// refused one would overtake it; marking before the acknowledgements would
+// mark the refused one.
+func TestRefusedEventIsNeverOvertaken(t *testing.T) {
+	const maxMsgSize = 8 << 10
+	big := payment.NewAccount{
+		Currency:    "USD",
+		Description: new(strings.Repeat("d", payment.MaxDescriptionLength)),
+		Metadata:    map[string]string{},
+	}
+	for i := range 20 { // with the description, over 11 KB of event
+		big.Metadata["key"+strconv.Itoa(i)] = strings.Repeat("m", payment.MaxMetadataValueLen)
+	}
+
+	cases := []struct {
+		name   string
+		before int // events committed before the refused one
+	}{
+		{"first in its batch", 0},
+		{"in the middle of its batch", 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			js := e.jetStream()
+			// The relay keeps the stream it finds: this one is the relay's
+			// with a per-message size limit.
+			cfg := jetstream.StreamConfig{
+				Name:       relay.Stream,
+				Subjects:   []string{relay.SubjectPrefix + ">"},
+				Storage:    jetstream.FileStorage,
+				Duplicates: 2 * time.Minute,
+				MaxMsgSize: maxMsgSize,
+			}
+			if _, err := js.CreateStream(t.Context(), cfg); err != nil {
+				t.Fatal(err)
+			}
+
+			// Every event is committed before the relay starts, and the
+			// relay starts only once it can read them all, so its first
+			// batch holds all of them.
+			if tc.before > 0 {
+				small := e.openAccount(payment.NewAccount{Currency: "USD"})
+				for range tc.before - 1 {
+					e.deposit(small, 100)
+				}
+			}
+			refused := e.openAccount(big)
+			e.deposit(refused, 1000)
+			e.charge(refused, 100)
+			e.charge(refused, 200)
+			feed := e.feedOrder()
+			acked, held := feed[:tc.before], feed[tc.before:]
+
+			e.waitUntil("every event is readable by the relay", func() bool { return e.readable() == len(feed) })
+
+			refusals := &refusalLog{}
+			e.log = slog.New(refusals)
+			r, _ := e.startRelay()
+
+			e.waitUntil("the stream has refused the big event once", func() bool { return refusals.count() >= 1 })
+			if got := e.unpublished(); !slices.Equal(got, held) {
+				t.Fatalf("after the refusal, unpublished events:\n got %v\nwant %v (the refused event and every later one)", got, held)
+			}
+			// Every attempt goes out on one connection and the stream decides
+			// its messages in order, so once the retry's first message is
+			// refused, every message of the first attempt has been decided.
+			e.waitUntil("the stream has refused the big event twice", func() bool { return refusals.count() >= 2 })
+			if got := msgIDs(e.streamMessages()); !slices.Equal(got, acked) {
+				t.Fatalf("while the big event is refused, the stream holds:\n got %v\nwant %v (only the events before it)", got, acked)
+			}
+
+			cfg.MaxMsgSize = -1
+			if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+				t.Fatal(err)
+			}
+			e.waitUntil("the outbox is drained after the limit is lifted", e.drained)
+			if got := msgIDs(e.streamMessages()); !slices.Equal(got, feed) {
+				t.Errorf("after the limit is lifted, the stream holds:\n got %v\nwant %v (every event once, in feed order)", got, feed)
+			}
+			if p, d := r.Stats.Published.Load(), r.Stats.Duplicates.Load(); p != int64(len(feed)) || d != 0 {
+				t.Errorf("published %d, duplicates %d; want %d and 0", p, d, len(feed))
+			}
+		})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,17 +138,29 @@ func (e *env) exec(op func(ctx context.Context, l payment.Ledger) error) {
 // account opens a funded account.
 func (e *env) account(deposit int64) uuid.UUID {
 	e.t.Helper()
+	id := e.openAccount(payment.NewAccount{Currency: "USD"})
+	e.deposit(id, deposit)
+	return id
+}
+
+// openAccount creates an account as given, unfunded: one account.created event.
+func (e *env) openAccount(in payment.NewAccount) uuid.UUID {
+	e.t.Helper()
 	var id uuid.UUID
 	e.exec(func(ctx context.Context, l payment.Ledger) error {
-		a, err := l.CreateAccount(ctx, e.merchant, payment.NewAccount{Currency: "USD"})
+		a, err := l.CreateAccount(ctx, e.merchant, in)
 		id = a.ID
 		return err
 	})
+	return id
+}
+
+func (e *env) deposit(account uuid.UUID, amount int64) {
+	e.t.Helper()
 	e.exec(func(ctx context.Context, l payment.Ledger) error {
-		_, err := l.Deposit(ctx, e.merchant, id, deposit)
+		_, err := l.Deposit(ctx, e.merchant, account, amount)
 		return err
 	})
-	return id
 }
 
 func (e *env) charge(account uuid.UUID, amount int64) {
@@ -228,16 +241,22 @@ func (e *env) readable() int {
 WHERE published_at IS NULL AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`)
 }
 
+// jetStream opens a JetStream client of its own on the test's broker.
+func (e *env) jetStream() jetstream.JetStream {
+	e.t.Helper()
+	js, err := jetstream.New(e.nats.connect())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return js
+}
+
 // streamMessages reads the whole stream in order.
 func (e *env) streamMessages() []jetstream.Msg {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js, err := jetstream.New(e.nats.connect())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, relay.Stream)
+	stream, err := e.jetStream().Stream(ctx, relay.Stream)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -265,10 +284,32 @@ func (e *env) streamMessages() []jetstream.Msg {
 	return msgs
 }
 
+// msgIDs returns the messages' Nats-Msg-Id headers (the event ids), in order.
+func msgIDs(msgs []jetstream.Msg) []string {
+	ids := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		ids = append(ids, m.Headers().Get(jetstream.MsgIDHeader))
+	}
+	return ids
+}
+
 // feedOrder returns every event id in the order the feed and the relay use.
 func (e *env) feedOrder() []string {
 	e.t.Helper()
-	rows, err := e.store.Pool().Query(context.Background(), `SELECT id FROM events ORDER BY tx_id, seq`)
+	return e.eventIDs("TRUE")
+}
+
+// unpublished returns the ids of the events not marked published, in feed order.
+func (e *env) unpublished() []string {
+	e.t.Helper()
+	return e.eventIDs("published_at IS NULL")
+}
+
+// eventIDs returns the ids of the events matching the SQL condition where, in
+// feed order.
+func (e *env) eventIDs(where string) []string {
+	e.t.Helper()
+	rows, err := e.store.Pool().Query(context.Background(), `SELECT id FROM events WHERE `+where+` ORDER BY tx_id, seq`)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -283,3 +324,34 @@ func (e *env) feedOrder() []string {
 	}
 	return ids
 }
+
+// refusalLog is a log handler that counts the relay's interrupted batches
+// whose error is the stream refusing a message over its MaxMsgSize. The relay
+// logs the interruption after it has marked the batch's acknowledged prefix.
+type refusalLog struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (l *refusalLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+func (l *refusalLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *refusalLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
+			l.mu.Lock()
+			l.n++
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (l *refusalLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *refusalLog) WithGroup(string) slog.Handler      { return l }
