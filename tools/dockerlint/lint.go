@@ -297,7 +297,7 @@ func lineOf(loc []parser.Range) int {
 
 // readIgnore reads a .dockerignore; a missing one means no patterns.
 func readIgnore(name string) ([]string, error) {
-	f, err := os.Open(name)
+	f, err := os.Open(name) //nolint:gosec // G304: the .dockerignore beside the Dockerfile to lint
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
