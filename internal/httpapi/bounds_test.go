@@ -2,12 +2,15 @@ package httpapi_test
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"payments/internal/httpapi"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 )
@@ -69,6 +72,46 @@ func TestAmountBoundsAreInclusive(t *testing.T) {
 			f.keys(), keys, f.charges(), charges, f.balance(acct))
 	}
 	f.checkLedger(acct)
+}
+
+// TestBodySizeBoundIsInclusive: a body of exactly 64 KiB is read and executed,
+// one byte more is a 413 that stores nothing, whether the client declares the
+// length or streams the body without one (chunked).
+func TestBodySizeBoundIsInclusive(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	// A charge padded with insignificant whitespace to n bytes.
+	body := func(n int) string {
+		b := chargeBody(acct, 10)
+		return b[:len(b)-1] + strings.Repeat(" ", n-len(b)) + "}"
+	}
+	for _, c := range []struct {
+		name    string
+		size    int
+		chunked bool
+		status  int
+	}{
+		{"64 KiB, length declared", httpapi.MaxBodyBytes, false, http.StatusCreated},
+		{"64 KiB, chunked", httpapi.MaxBodyBytes, true, http.StatusCreated},
+		{"64 KiB + 1, length declared", httpapi.MaxBodyBytes + 1, false, http.StatusRequestEntityTooLarge},
+		{"64 KiB + 1, chunked", httpapi.MaxBodyBytes + 1, true, http.StatusRequestEntityTooLarge},
+	} {
+		b := body(c.size)
+		if len(b) != c.size {
+			t.Fatalf("built a %d-byte body, want %d", len(b), c.size)
+		}
+		req := f.request(http.MethodPost, "/v1/charges", uuid.NewString(), b)
+		if c.chunked {
+			req.Body, req.ContentLength = io.NopCloser(strings.NewReader(b)), -1
+		}
+		if r := f.do(req); r.status != c.status {
+			t.Errorf("%s: %d %s, want %d", c.name, r.status, r.body, c.status)
+		}
+	}
+	if f.charges() != 2 || f.balance(acct) != 980 || f.keys() != 4 {
+		t.Errorf("%d charges, balance %d, %d keys; want the two 64 KiB charges only: 2, 980, 4", f.charges(), f.balance(acct), f.keys())
+	}
 }
 
 // TestInFlightWaitIsBoundedBothWays: a request whose key is held by a
@@ -140,6 +183,65 @@ func TestInFlightWaitIsBoundedBothWays(t *testing.T) {
 				t.Errorf("balance %d and %d charges after the 409s, want %d and %d: a waiting request executed", got, n, balance, charges)
 			}
 		})
+	}
+}
+
+// TestRowLockWaitIsUnavailable: a deposit that waits the whole bound for its
+// account's row, locked by another transaction, is answered 503 with
+// Retry-After and a generic detail (the database's words go only to the log,
+// with the request id); nothing is stored, so the retry with the same key
+// executes once the row is free. A 4xx is not logged as a failure.
+func TestRowLockWaitIsUnavailable(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(o *setupOptions) { o.keyWait = 300 * time.Millisecond })
+	acct := f.account("USD", 1000)
+	accountID, _ := payment.ParseID(payment.PrefixAccount, acct)
+	ctx := context.Background()
+	holder, err := f.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT FROM accounts WHERE merchant_id = $1 AND id = $2 FOR UPDATE`, f.merchantID, accountID); err != nil {
+		t.Fatal(err)
+	}
+	keys := f.keys()
+	key := uuid.NewString()
+	path := "/v1/accounts/" + acct + "/deposits"
+	r := f.post(path, key, `{"amount":5}`)
+	if r.status != http.StatusServiceUnavailable || r.code(t) != "service-unavailable" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("got %d %v %s, want 503 service-unavailable with Retry-After", r.status, r.header, r.body)
+	}
+	if detail, _ := r.json(t)["detail"].(string); strings.Contains(detail, "lock") || strings.Contains(detail, "55P03") {
+		t.Errorf("the database's error reached the client: %s", r.body)
+	}
+	requestID := r.header.Get(httpapi.RequestIDHeader)
+	if !strings.Contains(f.logs.String(), `"msg":"request failed","request_id":"`+requestID+`"`) ||
+		!strings.Contains(f.logs.String(), "SQLSTATE 55P03") {
+		t.Errorf("no log line with the request id %s and the cause:\n%s", requestID, f.logs.String())
+	}
+	if f.keys() != keys || f.balance(acct) != 1000 {
+		t.Errorf("%d keys (want %d), balance %d (want 1000) after the 503", f.keys(), keys, f.balance(acct))
+	}
+
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.post(path, key, `{"amount":5}`); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry once the row is free: %d %s, want a fresh 201", r.status, r.body)
+	}
+	if f.balance(acct) != 1005 {
+		t.Errorf("balance %d, want 1005", f.balance(acct))
+	}
+	f.checkLedger(acct)
+
+	// A refusal of the client's request is not a failure of the service.
+	nf := f.get("/v1/charges/ch_" + strings.Repeat("e", 32))
+	if nf.status != http.StatusNotFound {
+		t.Fatalf("GET an unknown charge: %d %s", nf.status, nf.body)
+	}
+	if strings.Contains(f.logs.String(), `"msg":"request failed","request_id":"`+nf.header.Get(httpapi.RequestIDHeader)+`"`) {
+		t.Error("a 404 was logged as a failed request")
 	}
 }
 

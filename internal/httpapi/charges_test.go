@@ -73,6 +73,30 @@ func TestChargeThenReplayIsByteForByte(t *testing.T) {
 	}
 }
 
+// TestReplaysComeFromTheCache: the server answers a retry from the response
+// cache of the guard it was given, byte for byte, without the database.
+func TestReplaysComeFromTheCache(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	key := uuid.NewString()
+	first := f.post("/v1/charges", key, chargeBody(acct, 100))
+	if first.status != http.StatusCreated {
+		t.Fatalf("charge: %d %s", first.status, first.body)
+	}
+	hits, _ := f.guard.Cache().Stats()
+	again := f.post("/v1/charges", key, chargeBody(acct, 100))
+	if !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %s, want the replay of %s", again.status, again.body, first.body)
+	}
+	if now, _ := f.guard.Cache().Stats(); now != hits+1 {
+		t.Errorf("the cache counted %d hits for the retry, want 1", now-hits)
+	}
+	if f.charges() != 1 || f.balance(acct) != 900 {
+		t.Errorf("%d charges, balance %d; want 1 and 900", f.charges(), f.balance(acct))
+	}
+}
+
 func TestKeyReusedForAnotherRequestIsRefused(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -329,6 +353,94 @@ CREATE TRIGGER inject_fault BEFORE INSERT ON charges FOR EACH ROW EXECUTE FUNCTI
 		t.Errorf("after the retry: %d charges (want 1), balance %d (want 600)", f.charges(), f.balance(acct))
 	}
 	f.checkLedger(acct)
+}
+
+// TestTransientFailuresAreRetried: a transaction that ends in a serialization
+// failure or a deadlock runs again, three attempts in all. Two failures cost
+// nothing but time: the deposit is made once. A third is answered 500, with
+// nothing of the three attempts left behind, and no fourth is made.
+func TestTransientFailuresAreRetried(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, sqlstate string }{
+		{"serialization failure", "40001"},
+		{"deadlock", "40P01"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, func(o *setupOptions) { o.databaseURL, o.cacheSize = pgtest.NewDatabase(t), 0 })
+			acct := f.account("USD", 0)
+			ctx := context.Background()
+			// Every attempt's insert of the deposit draws a number from a
+			// sequence, which no rollback gives back; the first `failures`
+			// attempts end in the error.
+			inject := func(failures int) {
+				t.Helper()
+				if _, err := f.db.Exec(ctx, fmt.Sprintf(`
+DROP TRIGGER IF EXISTS inject_fault ON deposits;
+DROP SEQUENCE IF EXISTS attempts;
+CREATE SEQUENCE attempts;
+CREATE OR REPLACE FUNCTION inject_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('attempts') <= TG_ARGV[1]::int THEN
+        RAISE EXCEPTION 'injected transient fault' USING ERRCODE = TG_ARGV[0];
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER inject_fault BEFORE INSERT ON deposits
+    FOR EACH ROW EXECUTE FUNCTION inject_fault('%s', '%d');`, tc.sqlstate, failures)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			attempts := func() int {
+				t.Helper()
+				var n int
+				if err := f.db.QueryRow(ctx, `SELECT last_value FROM attempts`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			deposits := func() int { return f.count(`SELECT count(*) FROM deposits WHERE merchant_id = $1`) }
+			events := func() int {
+				return f.count(`SELECT count(*) FROM events WHERE merchant_id = $1 AND type = 'deposit.created'`)
+			}
+			path := "/v1/accounts/" + acct + "/deposits"
+
+			inject(2)
+			if r := f.post(path, uuid.NewString(), `{"amount":500}`); r.status != http.StatusCreated {
+				t.Fatalf("after two %s errors: %d %s, want 201", tc.sqlstate, r.status, r.body)
+			}
+			if n := attempts(); n != 3 {
+				t.Errorf("%d attempts, want 3", n)
+			}
+			if f.balance(acct) != 500 || deposits() != 1 || events() != 1 {
+				t.Errorf("balance %d, %d deposits, %d events; want 500, 1, 1", f.balance(acct), deposits(), events())
+			}
+
+			inject(1000)
+			keys := f.keys()
+			key := uuid.NewString()
+			r := f.post(path, key, `{"amount":70}`)
+			if r.status != http.StatusInternalServerError || r.code(t) != "internal-error" {
+				t.Fatalf("after three %s errors: %d %s, want 500 internal-error", tc.sqlstate, r.status, r.body)
+			}
+			if n := attempts(); n != 3 {
+				t.Errorf("%d attempts, want 3 and no more", n)
+			}
+			if f.balance(acct) != 500 || deposits() != 1 || events() != 1 || f.keys() != keys {
+				t.Errorf("after the refusal: balance %d, %d deposits, %d events, %d keys; want 500, 1, 1, %d",
+					f.balance(acct), deposits(), events(), f.keys(), keys)
+			}
+			if _, err := f.db.Exec(ctx, `DROP TRIGGER inject_fault ON deposits`); err != nil {
+				t.Fatal(err)
+			}
+			if r := f.post(path, key, `{"amount":70}`); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+				t.Fatalf("retry with the key once the fault is gone: %d %s, want a fresh 201", r.status, r.body)
+			}
+			if f.balance(acct) != 570 || deposits() != 2 || events() != 2 {
+				t.Errorf("balance %d, %d deposits, %d events; want 570, 2, 2", f.balance(acct), deposits(), events())
+			}
+		})
+	}
 }
 
 // TestRequestWaitsForInFlightKey holds a key in an open transaction, as an

@@ -1,9 +1,11 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -121,6 +123,7 @@ func TestAuthentication(t *testing.T) {
 	cases := []struct{ name, header string }{
 		{"none", ""},
 		{"not bearer", "Basic " + f.apiKey},
+		{"another scheme as long as Bearer", "Token_ " + f.apiKey},
 		{"unknown key", "Bearer sk_unknown"},
 		{"empty bearer", "Bearer "},
 	}
@@ -194,6 +197,75 @@ func TestAccountsAndDeposits(t *testing.T) {
 	}
 }
 
+// TestNotFoundNamesTheObject: every 404 says which object the merchant does
+// not have, by the id the client sent, on reads and on writes (where the
+// answer is stored like any other).
+func TestNotFoundNamesTheObject(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	ch := f.charge(acct, 10)
+	unknownAcct := "acct_" + strings.Repeat("a", 32)
+	unknownCh := "ch_" + strings.Repeat("b", 32)
+	unknownDep := "dep_" + strings.Repeat("c", 32)
+	unknownRe := "re_" + strings.Repeat("d", 32)
+	for _, c := range []struct {
+		name, method, path, body, code, detail string
+	}{
+		{"account", "GET", "/v1/accounts/" + unknownAcct, "", "not-found", `not found: your merchant has no account "` + unknownAcct + `"`},
+		{"deposit", "GET", "/v1/accounts/" + acct + "/deposits/" + unknownDep, "", "not-found", `not found: your merchant has no deposit "` + unknownDep + `"`},
+		{"charge", "GET", "/v1/charges/" + unknownCh, "", "not-found", `not found: your merchant has no charge "` + unknownCh + `"`},
+		{"refund", "GET", "/v1/charges/" + ch + "/refunds/" + unknownRe, "", "not-found", `not found: your merchant has no refund "` + unknownRe + `"`},
+		{"charges of an account", "GET", "/v1/charges?account_id=" + unknownAcct, "", "not-found", `not found: your merchant has no account "` + unknownAcct + `"`},
+		{"deposit into an account", "POST", "/v1/accounts/" + unknownAcct + "/deposits", `{"amount":5}`, "not-found", `not found: your merchant has no account "` + unknownAcct + `"`},
+		{"charge of an account", "POST", "/v1/charges", chargeBody(unknownAcct, 5), "account-not-found", `account not found: your merchant has no account "` + unknownAcct + `"`},
+		{"refund of a charge", "POST", "/v1/charges/" + unknownCh + "/refunds", `{}`, "not-found", `not found: your merchant has no charge "` + unknownCh + `"`},
+	} {
+		key := ""
+		if c.method == http.MethodPost {
+			key = uuid.NewString()
+		}
+		r := f.do(f.request(c.method, c.path, key, c.body))
+		if r.status != http.StatusNotFound || r.code(t) != c.code || r.json(t)["detail"] != c.detail {
+			t.Errorf("%s: %d %s, want 404 %s with detail %s", c.name, r.status, r.body, c.code, c.detail)
+		}
+	}
+}
+
+// TestAccessLog: each request is logged once, with its request id, method,
+// route pattern (no ids from the path), status, size and duration in
+// milliseconds; the duration is within what the client waited.
+func TestAccessLog(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	req := f.request(http.MethodGet, "/v1/accounts/"+acct, "", "")
+	req.Header.Set("X-Request-Id", "access-log-test")
+	began := time.Now()
+	r := f.do(req)
+	waited := time.Since(began)
+	// The line is written, and the duration taken, before the handler
+	// returns, and a body this small reaches the client only after that.
+
+	var lines []map[string]any
+	for _, line := range strings.Split(f.logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == "request" && l["request_id"] == "access-log-test" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d access log lines for the request, want 1:\n%s", len(lines), f.logs.String())
+	}
+	l := lines[0]
+	if l["method"] != "GET" || l["route"] != "/v1/accounts/{id}" || l["status"] != float64(r.status) || l["bytes"] != float64(len(r.body)) {
+		t.Errorf("access log line %v; want GET /v1/accounts/{id} %d, %d bytes", l, r.status, len(r.body))
+	}
+	if ms, ok := l["duration_ms"].(float64); !ok || ms < 0 || ms > float64(waited.Microseconds())/1000 {
+		t.Errorf("duration_ms %v, want between 0 and the %v the client waited", l["duration_ms"], waited)
+	}
+}
+
 // TestMetrics: a charge, its replay and a refused reuse show in /metrics, and
 // no raw key becomes a label.
 func TestMetrics(t *testing.T) {
@@ -251,5 +323,12 @@ func TestOperationalEndpoints(t *testing.T) {
 	req.Header.Set("X-Request-Id", "trace-123")
 	if r := f.do(req); r.header.Get("X-Request-Id") != "trace-123" {
 		t.Errorf("inbound request id not echoed: %q", r.header.Get("X-Request-Id"))
+	}
+	// The longest id the spec allows, 128 characters, is adopted too.
+	long := strings.Repeat("r", 128)
+	req, _ = http.NewRequest(http.MethodGet, f.url+"/healthz", nil)
+	req.Header.Set("X-Request-Id", long)
+	if got := f.do(req).header.Get("X-Request-Id"); got != long {
+		t.Errorf("a 128-character request id came back as %q", got)
 	}
 }

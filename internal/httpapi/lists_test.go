@@ -114,6 +114,36 @@ func TestChargeListPagesNeverRepeatOrSkip(t *testing.T) {
 	}
 }
 
+// TestListHasMoreOnlyWhenMoreExist: a page that holds the last charges says
+// has_more false even when it is exactly full, and a page with charges after
+// it says true.
+func TestListHasMoreOnlyWhenMoreExist(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	ids := []string{f.charge(acct, 1), f.charge(acct, 2), f.charge(acct, 3)} // listed newest first
+	for _, c := range []struct {
+		query   string
+		want    []string
+		hasMore bool
+	}{
+		{"limit=3", []string{ids[2], ids[1], ids[0]}, false},
+		{"limit=2", []string{ids[2], ids[1]}, true},
+		{"limit=2&starting_after=" + ids[1], []string{ids[0]}, false},
+		{"limit=1&starting_after=" + ids[1], []string{ids[0]}, false},
+		{"limit=1&starting_after=" + ids[0], nil, false},
+	} {
+		p, items := f.list("/v1/charges?" + c.query)
+		var got []string
+		for _, it := range items {
+			got = append(got, it.ID)
+		}
+		if strings.Join(got, ",") != strings.Join(c.want, ",") || p.HasMore != c.hasMore {
+			t.Errorf("GET /v1/charges?%s = %v, has_more %v; want %v, has_more %v", c.query, got, p.HasMore, c.want, c.hasMore)
+		}
+	}
+}
+
 func TestListParametersAreChecked(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

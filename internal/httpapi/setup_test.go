@@ -35,6 +35,7 @@ type fixture struct {
 	merchantID uuid.UUID
 	apiKey     string
 	logs       *syncBuffer
+	guard      *idempotency.Guard // the server's; its cache counts hits
 }
 
 type setupOptions struct {
@@ -66,12 +67,13 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
+	guard := idempotency.NewGuard(o.cacheSize, 24*time.Hour)
 	srv := httptest.NewServer(httpapi.New(store, log, httpapi.Options{
-		Spec: []byte("openapi: 3.1.0\n"), Guard: idempotency.NewGuard(o.cacheSize, 24*time.Hour),
+		Spec: []byte("openapi: 3.1.0\n"), Guard: guard,
 	}))
 	t.Cleanup(srv.Close)
 
-	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs}
+	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs, guard: guard}
 	f.merchantID, f.apiKey, err = store.CreateMerchant(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)

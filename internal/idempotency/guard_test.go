@@ -170,8 +170,67 @@ func TestCache(t *testing.T) {
 		t.Error("an entry was served at its key's expiry")
 	}
 	c.Add(request(alice, "old", 1), resp, now.Add(-24*time.Hour))
+	if c.Len() != 1 {
+		t.Errorf("%d entries after adding an expired response to the one live entry, want 1", c.Len())
+	}
 	if _, _, ok := c.Lookup(request(alice, "old", 1)); ok {
 		t.Error("an already expired response was cached")
+	}
+
+	// Hits (exported as payments_idempotency_cache_hits_total) and misses: the
+	// two answers for k1 and the one after the eviction are hits, even the
+	// refusal of a different request; bob, the evicted k2, k1 at its expiry
+	// and the never cached response are misses.
+	if hits, misses := c.Stats(); hits != 3 || misses != 4 {
+		t.Errorf("Stats = %d hits, %d misses; want 3 and 4", hits, misses)
+	}
+}
+
+// TestGuardReplaysFromTheCache: once a key's request has executed, the guard
+// answers its retries from the cache without executing again, and refuses a
+// different request under the key; a failed execution is not remembered.
+func TestGuardReplaysFromTheCache(t *testing.T) {
+	g := NewGuard(10, 24*time.Hour)
+	merchant := uuid.New()
+	var executions atomic.Int32
+	fail := errors.New("database gone")
+	exec := func(err error) func(context.Context) (Result, error) {
+		return func(context.Context) (Result, error) {
+			executions.Add(1)
+			if err != nil {
+				return Result{}, err
+			}
+			return Result{Response: Response{Status: 201, Body: []byte("charged")}, StoredAt: time.Now()}, nil
+		}
+	}
+	ctx := context.Background()
+
+	if _, err := g.Do(ctx, request(merchant, "failing", 1), exec(fail)); !errors.Is(err, fail) {
+		t.Fatalf("first execution: %v, want %v", err, fail)
+	}
+	if res, err := g.Do(ctx, request(merchant, "failing", 1), exec(nil)); err != nil || res.Replayed {
+		t.Errorf("retry after a failure: %+v, %v; want a fresh execution", res, err)
+	}
+	if n := executions.Load(); n != 2 {
+		t.Errorf("%d executions, want 2: a failure must not be cached", n)
+	}
+
+	first, err := g.Do(ctx, request(merchant, "k", 1), exec(nil))
+	if err != nil || first.Replayed {
+		t.Fatalf("first execution: %+v, %v", first, err)
+	}
+	again, err := g.Do(ctx, request(merchant, "k", 1), exec(nil))
+	if err != nil || !again.Replayed || again.Status != 201 || string(again.Body) != "charged" {
+		t.Errorf("retry = %+v, %v; want the replay of 201 charged", again, err)
+	}
+	if _, err := g.Do(ctx, request(merchant, "k", 2), exec(nil)); !errors.Is(err, ErrKeyReused) {
+		t.Errorf("a different request under the key: %v, want ErrKeyReused", err)
+	}
+	if n := executions.Load(); n != 3 {
+		t.Errorf("%d executions, want 3: the retry and the reuse are answered from the cache", n)
+	}
+	if hits, _ := g.Cache().Stats(); hits != 2 || g.Cache().Len() != 2 {
+		t.Errorf("%d cache hits and %d entries, want 2 and 2", hits, g.Cache().Len())
 	}
 }
 

@@ -23,9 +23,13 @@ func TestCanonicalize(t *testing.T) {
 		{"negative zero", `-0.0`, `0`},
 		{"negative", `-12.5e1`, `-125`},
 		{"huge exponent stays exact", `1e400`, `1e400`},
+		{"21-digit integer stays plain", `123456789012345678901`, `123456789012345678901`},
+		{"22-digit integer takes an exponent", `1234567890123456789012`, `1234567890123456789012e0`},
 		{"long integer stays exact", `12345678901234567890123`, `12345678901234567890123e0`},
 		{"escapes normalised", `"\u0041\/"`, `"A/"`},
 		{"unicode kept", `"zürich"`, `"zürich"`},
+		{"64 levels of arrays", strings.Repeat("[", 64) + "1" + strings.Repeat("]", 64), strings.Repeat("[", 64) + "1" + strings.Repeat("]", 64)},
+		{"64 levels of objects", strings.Repeat(`{"a":`, 64) + "1" + strings.Repeat("}", 64), strings.Repeat(`{"a":`, 64) + "1" + strings.Repeat("}", 64)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,13 +46,15 @@ func TestCanonicalize(t *testing.T) {
 
 func TestCanonicalizeRejects(t *testing.T) {
 	cases := map[string]string{
-		"empty":            ``,
-		"truncated":        `{"a":`,
-		"trailing value":   `{} {}`,
-		"duplicate member": `{"a":1,"a":1}`,
-		"invalid UTF-8":    "\"\xff\"",
-		"too deep":         strings.Repeat("[", 100) + strings.Repeat("]", 100),
-		"bare word":        `nope`,
+		"empty":                ``,
+		"truncated":            `{"a":`,
+		"trailing value":       `{} {}`,
+		"duplicate member":     `{"a":1,"a":1}`,
+		"invalid UTF-8":        "\"\xff\"",
+		"too deep":             strings.Repeat("[", 100) + strings.Repeat("]", 100),
+		"65 levels of arrays":  strings.Repeat("[", 65) + "1" + strings.Repeat("]", 65),
+		"65 levels of objects": strings.Repeat(`{"a":`, 65) + "1" + strings.Repeat("}", 65),
+		"bare word":            `nope`,
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -37,6 +37,15 @@ func TestEncodeBody(t *testing.T) {
 	if _, enc := encodeBody(large); enc == nil {
 		t.Error("a charge with large metadata was not compressed")
 	}
+	// The bound is inclusive: 1 KiB of the most compressible bytes is kept as
+	// it is, one byte more is compressed.
+	atBound := bytes.Repeat([]byte("a"), compressAbove)
+	if _, enc := encodeBody(atBound); enc != nil {
+		t.Errorf("a body of exactly %d bytes was compressed", compressAbove)
+	}
+	if _, enc := encodeBody(append(atBound, 'a')); enc == nil {
+		t.Errorf("a compressible body of %d bytes was not compressed", compressAbove+1)
+	}
 	bad := "gzip"
 	if _, err := decodeBody([]byte("x"), &bad); err == nil {
 		t.Error("an unknown encoding decoded")
