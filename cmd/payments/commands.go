@@ -37,7 +37,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	defer store.Close()
 	m.Pool(store.Pool())
 	m.Backlog(store.Backlog)
-	guard := idempotency.NewGuard(cfg.CacheSize, cfg.IdempotencyTTL)
+	guard := idempotency.NewGuard(cfg.CacheSize, cfg.IdempotencyTTL, cfg.IdempotencyWait)
 	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
 		func() float64 { h, _ := guard.Cache().Stats(); return float64(h) })
 	m.GaugeFunc("payments_idempotency_cache_entries", "Completed responses held in the cache.",

@@ -22,6 +22,8 @@ type config struct {
 	NATSURL         string
 	RelayEnabled    bool
 	RelayBatch      int
+	ChargeBatchSize int
+	ChargeBatches   int
 	RelayPoll       time.Duration
 	EventRetention  time.Duration
 	CacheSize       int
@@ -68,6 +70,10 @@ func (c *config) settings() []setting {
 				c.DBMaxConns = int32(min(n, 10_000))
 				return nil
 			}},
+		{"CHARGE_BATCH_SIZE", "charge-batch-size", "64", "most concurrent charges committed together in one transaction (group commit)",
+			positiveInt(&c.ChargeBatchSize)},
+		{"CHARGE_BATCHES", "charge-batches", "2", "charge batches in flight at once; a charge waits for company only while all are busy",
+			positiveInt(&c.ChargeBatches)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
 			durationInto(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,7 +114,7 @@ func TestLostAcknowledgement(t *testing.T) {
 		t.Errorf("the service logged %q", leaked)
 		broken++
 	}
-	t.Logf("%d rounds: %d acknowledgements and %d commits lost (%d at the Sync of a one-statement charge, the rest at COMMIT) "+
+	t.Logf("%d rounds: %d acknowledgements and %d commits lost (%d at the COMMIT pipelined in a charge batch, the rest at a COMMIT of its own) "+
 		"of %d key-claiming commits through the proxy; first answers by status %v; %d requests, %d replays",
 		rounds, proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load(), proxy.commits.Load(), firstStatus,
 		c.stats.requests.Load(), c.stats.replayed.Load())
@@ -120,11 +122,114 @@ func TestLostAcknowledgement(t *testing.T) {
 	summary{
 		scenario: "lost acknowledgement (proxy drops the commit's answer, or the commit)",
 		requests: c.stats.requests.Load(),
-		faults: fmt.Sprintf("%d commit acknowledgements lost, %d commits lost (%d of them at a one-statement charge's Sync)",
+		faults: fmt.Sprintf("%d commit acknowledgements lost, %d commits lost (%d of the faults at a charge batch's pipelined COMMIT)",
 			proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load()),
 		duplicates: a.duplicateCharges,
 		lost:       int(moneyGap) + a.missingEvents,
 		violations: a.violations() + broken + wrongFirst + notFired + wrongRetry + int(c.stats.internal.Load()),
 		command:    reproduce("TestLostAcknowledgement"),
 	}.log(t, time.Since(began))
+}
+
+// TestLostAcknowledgementOfABatch: group commit makes one COMMIT carry many
+// charges, so one lost acknowledgement leaves many clients without an answer.
+// Eight charges are gathered into one batch (one batch in flight at a time,
+// the only slot kept busy meanwhile by a charge waiting for its account's
+// row, locked directly in the database, until it gives up); the proxy drops
+// that batch's COMMIT acknowledgement. Every one of the eight is answered 503,
+// and every retry with its key replays its own charge: eight charges exist,
+// not sixteen.
+func TestLostAcknowledgementOfABatch(t *testing.T) {
+	checkLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const members = 8
+
+	bin := buildBinary(t)
+	dbURL := pgtest.NewDatabase(t)
+	m := migrateAndRegister(t, bin, dbURL, "lost-batch-ack")[0]
+	proxy, proxied := newProxy(t, dbURL)
+	svc := newService(t, bin, serviceConfig{databaseURL: proxied,
+		extra: []string{"CHARGE_BATCHES=1", "IDEMPOTENCY_WAIT=1500ms", "DB_MAX_CONNS=4"}})
+	c := newClient(t, m.APIKey, "lostbatch-key-", func(int) string { return svc.url() })
+	db, err := pgxpool.New(ctx, dbURL)
+	must(t, err, "connect")
+	t.Cleanup(db.Close)
+
+	blocked := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+	acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+	c.post(t, ctx, "/v1/accounts/"+blocked+"/deposits", c.newKey(), `{"amount":1000}`)
+	c.post(t, ctx, "/v1/accounts/"+acct+"/deposits", c.newKey(), `{"amount":100000}`)
+
+	// Hold the blocked account's row: the next charge on it takes the only
+	// batch slot and waits there until IDEMPOTENCY_WAIT runs out (503,
+	// nothing committed), while the eight queue behind it.
+	hold, err := db.Begin(ctx)
+	must(t, err, "begin")
+	defer hold.Rollback(ctx)
+	blockedID := strings.TrimPrefix(blocked, "acct_")
+	_, err = hold.Exec(ctx, `SELECT FROM accounts WHERE id = $1::uuid FOR UPDATE`, blockedID)
+	must(t, err, "lock the blocked account")
+
+	proxy.arm(loseAck)
+	first := make(chan answer, 1)
+	go func() { first <- c.post(t, ctx, "/v1/charges", c.newKey(), string(chargeBody(blocked, 1))) }()
+	time.Sleep(300 * time.Millisecond) // let it take the slot
+
+	keys := make([]string, members)
+	answers := make([]answer, members)
+	var wg sync.WaitGroup
+	for i := range members {
+		keys[i] = c.newKey()
+		wg.Go(func() {
+			a, err := c.send(ctx, 1, http.MethodPost, "/v1/charges", keys[i], chargeBody(acct, int64(100+i)))
+			if err != nil {
+				t.Errorf("member %d: %v", i, err)
+			}
+			answers[i] = a
+		})
+	}
+	if a := <-first; a.status != http.StatusServiceUnavailable {
+		t.Errorf("the charge on the locked account got %d %s, want 503 after the wait bound", a.status, a.body)
+	}
+	wg.Wait()
+	if f, ok := proxy.waitFired(); !ok || f != loseAck {
+		t.Fatalf("the proxy's lost acknowledgement did not happen (%v)", f)
+	}
+	if got := proxy.atSync.Load(); got != 1 {
+		t.Errorf("%d faults at a batch's pipelined COMMIT, want 1", got)
+	}
+	var stored int
+	must(t, db.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE key = ANY($1)`, keys).Scan(&stored), "count keys")
+	if stored != members {
+		t.Fatalf("%d of the %d keys committed: they were not one batch", stored, members)
+	}
+	for i, a := range answers {
+		if a.status != http.StatusServiceUnavailable {
+			t.Errorf("member %d: first answer %d %s, want 503 (its acknowledgement was lost)", i, a.status, a.body)
+		}
+	}
+
+	// Every retry replays its own charge, with its own amount.
+	ids := map[string]bool{}
+	for i, key := range keys {
+		a, _, err := c.definite(ctx, http.MethodPost, "/v1/charges", key, chargeBody(acct, int64(100+i)))
+		must(t, err, "retry member %d", i)
+		if a.status != http.StatusCreated || !a.replayed() {
+			t.Errorf("member %d: retry answered %d (replayed %v) %s; want its stored charge, replayed", i, a.status, a.replayed(), a.body)
+		}
+		ids[a.field("id")] = true
+	}
+	var charges int
+	var balance int64
+	must(t, db.QueryRow(ctx, `SELECT count(*), (SELECT balance FROM accounts WHERE id = $1::uuid) FROM charges WHERE account_id = $1::uuid`,
+		strings.TrimPrefix(acct, "acct_")).Scan(&charges, &balance), "count charges")
+	want := int64(100000)
+	for i := range members {
+		want -= int64(100 + i)
+	}
+	if charges != members || len(ids) != members || balance != want {
+		t.Errorf("%d charges, %d distinct ids in the replays, balance %d; want %d, %d, %d", charges, len(ids), balance, members, members, want)
+	}
+	t.Logf("one lost acknowledgement covered a batch of %d charges: %d answered 503, all %d retries replayed", members, members, members)
 }

@@ -36,7 +36,7 @@ type pgProxy struct {
 	fired              chan fault   // each armed fault once it happened
 	commits, acksLost  atomic.Int64 // commit points seen; acknowledgements lost
 	commitsLost, conns atomic.Int64 // commits lost; connections carried
-	atSync             atomic.Int64 // faults at the Sync of a one-statement claim
+	atSync             atomic.Int64 // faults at the Sync of a one-statement claim or a pipelined COMMIT
 
 	mu     sync.Mutex
 	ln     net.Listener // nil while cut
@@ -264,8 +264,10 @@ func (p *pgProxy) relay(client net.Conn) {
 
 	var (
 		statements  = map[string]bool{} // prepared statement name → it claims a key
+		commits     = map[string]bool{} // prepared statement name → it is COMMIT
 		claimedInTx bool                // a claim ran in the open transaction
 		claimBatch  bool                // a claim runs as its own transaction, until the Sync
+		pipelined   bool                // a COMMIT is pipelined before the Sync; pending strikes there
 		pending     fault               // the fault striking at that Sync
 		forward     = func(msg []byte) bool {
 			_, err := server.Write(msg)
@@ -303,9 +305,26 @@ func (p *pgProxy) relay(client net.Conn) {
 			name, rest, _ := bytes.Cut(msg[5:], []byte{0})
 			query, _, _ := bytes.Cut(rest, []byte{0})
 			statements[string(name)] = claimsKey.Match(query)
+			commits[string(name)] = isCommit(query)
 		case 'B': // Bind: portal, statement, ...
 			_, rest, _ := bytes.Cut(msg[5:], []byte{0})
 			name, _, _ := bytes.Cut(rest, []byte{0})
+			if commits[string(name)] && claimedInTx {
+				// A COMMIT pipelined after the claim (the group commit's
+				// batch): the server commits as it executes it, and answers
+				// by the Sync that ends the pipeline.
+				claimedInTx = false
+				p.commits.Add(1)
+				if f := fault(p.fault.Swap(int32(noFault))); f != noFault {
+					if f == loseCommit {
+						strike(f, nil)
+						return
+					}
+					swallow.Store(true)
+					pipelined, pending = true, f
+				}
+				break
+			}
 			if statements[string(name)] {
 				if txStatus.Load() != 'I' {
 					claimedInTx = true
@@ -320,6 +339,12 @@ func (p *pgProxy) relay(client net.Conn) {
 				}
 			}
 		case 'S': // Sync
+			if pipelined {
+				pipelined = false
+				p.atSync.Add(1)
+				strike(pending, msg)
+				return
+			}
 			if claimBatch {
 				claimBatch = false
 				p.commits.Add(1)

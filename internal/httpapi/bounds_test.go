@@ -267,6 +267,10 @@ func (f *fixture) holdKey(t *testing.T, key, method, path, body string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = holder.Rollback(ctx) })
+	// What a request in flight holds: the key's advisory lock and its row.
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`, f.merchantID, key); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := holder.Exec(ctx, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint) VALUES ($1, $2, $3)`,
 		f.merchantID, key, fp[:]); err != nil {
 		t.Fatal(err)

@@ -464,6 +464,10 @@ func TestRequestWaitsForInFlightKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Rollback(ctx) // a no-op once committed below
+	// What a request in flight holds: the key's advisory lock and its row.
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`, f.merchantID, key); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := holder.Exec(ctx, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint) VALUES ($1, $2, $3)`,
 		f.merchantID, key, fp[:]); err != nil {
 		t.Fatal(err)
@@ -484,7 +488,8 @@ func TestRequestWaitsForInFlightKey(t *testing.T) {
 	// The holder stores the answer of a charge it made up: the waiting request
 	// must replay exactly that, not execute.
 	accountID, _ := payment.ParseID(payment.PrefixAccount, acct)
-	held := payment.NewCharge{AccountID: accountID, Amount: 100, Currency: "USD"}.Plan()
+	held := payment.Charge{ID: payment.NewID(), AccountID: accountID, Amount: 100, Currency: "USD",
+		Status: payment.ChargeSucceeded, CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	stored, err := json.Marshal(held)
 	if err != nil {
 		t.Fatal(err)

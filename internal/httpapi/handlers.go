@@ -117,18 +117,9 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	// The charge as it will be if the account covers it, rendered up front so
-	// the claim, the charge and its event take one statement.
-	planned := nc.Plan()
-	success, err := chargeCreated(planned)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	st := func(ctx context.Context, l payment.Ledger) (response, error) {
-		c, err := l.Charge(ctx, req.MerchantID, nc)
+	render := func(c payment.Charge, body []byte, err error) (response, error) {
 		if err != nil {
-			return response{}, naming(err, "account", in.AccountID)
+			return refusal(naming(err, "account", in.AccountID))
 		}
 		if c.Status == payment.ChargeFailed {
 			p := newProblem(probInsufficientFunds, fmt.Sprintf("the balance of account %s does not cover %d %s",
@@ -136,10 +127,11 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 			p.ChargeID = payment.FormatID(payment.PrefixCharge, c.ID)
 			return p.response(), nil
 		}
-		return chargeCreated(c)
+		return response{Status: http.StatusCreated, Location: "/v1/charges/" + payment.FormatID(payment.PrefixCharge, c.ID),
+			Body: append(body, '\n')}, nil
 	}
-	res := s.executeWith(w, r, req, st, func(ctx context.Context, op postgres.Operation) (idempotency.Result, error) {
-		return s.backend.IdempotentCharge(ctx, req, planned, success, op)
+	res := s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
+		return s.backend.CreateCharge(ctx, postgres.ChargeRequest{Key: req, Charge: nc, Render: render})
 	})
 	switch {
 	case res.Replayed:

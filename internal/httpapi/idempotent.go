@@ -8,7 +8,6 @@ import (
 	"payments/internal/idempotency"
 	"payments/internal/metrics"
 	"payments/internal/payment"
-	"payments/internal/postgres"
 )
 
 // step is a POST's business step: it runs in the transaction that claimed the
@@ -23,29 +22,34 @@ type step func(ctx context.Context, l payment.Ledger) (response, error)
 // unexpected error or an outage rolls everything back, key included, so the
 // retry executes cleanly.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step) {
-	_ = s.executeWith(w, r, req, st, func(ctx context.Context, op postgres.Operation) (idempotency.Result, error) {
+	op := func(ctx context.Context, l payment.Ledger) (response, error) {
+		resp, err := st(ctx, l)
+		if err != nil {
+			return refusal(err)
+		}
+		return resp, nil
+	}
+	_ = s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
 		return s.backend.Idempotent(ctx, req, op)
 	})
 }
 
-// executeWith is execute with the store call chosen by the caller, for the
-// charge's fast path. It returns the result it answered with (zero after an
-// error), so the caller can count what happened.
-func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step,
-	store func(context.Context, postgres.Operation) (idempotency.Result, error)) idempotency.Result {
-	op := func(ctx context.Context, l payment.Ledger) (response, error) {
-		resp, err := st(ctx, l)
-		if err == nil {
-			return resp, nil
-		}
-		if p, ok := problemFor(err); ok && p.status < 500 {
-			return problemFromError(p, err).response(), nil
-		}
-		return response{}, err
+// refusal turns a business step's error into the response stored under its
+// key: a known refusal (404, 422, ...) is stored as its problem; anything else
+// stays an error, so everything rolls back, key included.
+func refusal(err error) (response, error) {
+	if p, ok := problemFor(err); ok && p.status < 500 {
+		return problemFromError(p, err).response(), nil
 	}
-	res, err := s.opts.Guard.Do(r.Context(), req, func(ctx context.Context) (idempotency.Result, error) {
-		return store(ctx, op)
-	})
+	return response{}, err
+}
+
+// executeWith answers the request from store, which executes it at most once
+// per key, behind the guard's cache and coalescing. It returns the result it
+// answered with (zero after an error), so the caller can count what happened.
+func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempotency.Request,
+	store func(context.Context) (idempotency.Result, error)) idempotency.Result {
+	res, err := s.opts.Guard.Do(r.Context(), req, store)
 	switch p, _ := problemFor(err); {
 	case err != nil && p == probKeyReused:
 		s.audit(r, req, metrics.OutcomeMismatch)

@@ -35,9 +35,9 @@ type Backend interface {
 	Authenticate(ctx context.Context, apiKey string) (uuid.UUID, error)
 	// Idempotent runs op at most once per (merchant, key); see postgres.Store.Idempotent.
 	Idempotent(ctx context.Context, req idempotency.Request, op postgres.Operation) (idempotency.Result, error)
-	// IdempotentCharge is Idempotent with a one-statement path for a charge
-	// that succeeds; see postgres.Store.IdempotentCharge.
-	IdempotentCharge(ctx context.Context, req idempotency.Request, planned payment.Charge, success idempotency.Response, op postgres.Operation) (idempotency.Result, error)
+	// CreateCharge executes a charge at most once per (merchant, key), group
+	// committed with concurrent charges; see postgres.Store.CreateCharge.
+	CreateCharge(ctx context.Context, req postgres.ChargeRequest) (idempotency.Result, error)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 }
@@ -67,7 +67,7 @@ type Server struct {
 // New returns the API's HTTP handler.
 func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	if opts.Guard == nil {
-		opts.Guard = idempotency.NewGuard(0, 0)
+		opts.Guard = idempotency.NewGuard(0, 0, 0)
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()

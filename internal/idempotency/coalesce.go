@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -21,11 +22,21 @@ func scopeOf(req Request) scope { return scope{req.MerchantID, req.Key} }
 // others wait for its outcome instead of each holding a database connection
 // while they queue on the key's index entry. The per-key state lives only
 // while the leader runs, so the map cannot grow with the number of keys seen.
-// The zero value is ready to use.
+// The zero value is ready to use, with followers that wait as long as their
+// leader runs.
 type Coalescer struct {
+	// Wait bounds a follower's wait for its leader, as the database bounds a
+	// retry's wait for a twin on another replica: past it, the follower gets
+	// ErrKeyInUse. Zero waits as long as the leader runs.
+	Wait time.Duration
+
 	mu    sync.Mutex
 	calls map[scope]*call
 }
+
+// ErrLeaderPanicked is a follower's answer when the request it waited for
+// panicked: nothing was stored, and the follower does not execute either.
+var ErrLeaderPanicked = errors.New("the request being waited for failed unexpectedly")
 
 type call struct {
 	done        chan struct{}
@@ -40,6 +51,8 @@ type call struct {
 // same response marked as a replay, ErrKeyReused if req differs from it, or the
 // same idempotency error. If the leader failed otherwise (an outage, a bug,
 // its client went away), nothing was stored, and a follower runs exec itself.
+// A follower waits at most c.Wait; a leader that panics answers its followers
+// ErrLeaderPanicked and panics on.
 func (c *Coalescer) Do(ctx context.Context, req Request, exec func(context.Context) (Result, error)) (Result, error) {
 	s := scopeOf(req)
 	c.mu.Lock()
@@ -49,8 +62,16 @@ func (c *Coalescer) Do(ctx context.Context, req Request, exec func(context.Conte
 	if leader, ok := c.calls[s]; ok {
 		leader.followers++
 		c.mu.Unlock()
+		var bound <-chan time.Time
+		if c.Wait > 0 {
+			t := time.NewTimer(c.Wait)
+			defer t.Stop()
+			bound = t.C
+		}
 		select {
 		case <-leader.done:
+		case <-bound:
+			return Result{}, ErrKeyInUse
 		case <-ctx.Done():
 			return Result{}, ctx.Err()
 		}
@@ -63,13 +84,18 @@ func (c *Coalescer) Do(ctx context.Context, req Request, exec func(context.Conte
 	c.calls[s] = cl
 	c.mu.Unlock()
 
+	finished := false
 	defer func() {
+		if !finished {
+			cl.res, cl.err = Result{}, ErrLeaderPanicked
+		}
 		c.mu.Lock()
 		delete(c.calls, s)
 		c.mu.Unlock()
 		close(cl.done)
 	}()
 	cl.res, cl.err = exec(ctx)
+	finished = true
 	return cl.res, cl.err
 }
 
@@ -88,6 +114,8 @@ func (cl *call) answerFor(req Request) (Result, error, bool) {
 		return Result{}, ErrKeyReused, true // the leader's request now owns the key
 	case cl.err == nil:
 		return Result{Response: cl.res.Response, Replayed: true, StoredAt: cl.res.StoredAt}, nil, true
+	case errors.Is(cl.err, ErrLeaderPanicked):
+		return Result{}, cl.err, true
 	case cl.fingerprint == req.Fingerprint && (errors.Is(cl.err, ErrKeyReused) || errors.Is(cl.err, ErrKeyInUse)):
 		return Result{}, cl.err, true
 	default:

@@ -14,9 +14,10 @@ type Guard struct {
 }
 
 // NewGuard returns a guard with a cache of at most cacheSize responses of keys
-// kept for ttl (0 disables the cache).
-func NewGuard(cacheSize int, ttl time.Duration) *Guard {
-	return &Guard{cache: NewCache(cacheSize, ttl)}
+// kept for ttl (0 disables the cache), whose coalesced requests wait at most
+// wait for the one executing their key (0: as long as it runs).
+func NewGuard(cacheSize int, ttl, wait time.Duration) *Guard {
+	return &Guard{cache: NewCache(cacheSize, ttl), coalescer: Coalescer{Wait: wait}}
 }
 
 // Do answers req, calling exec (the store) at most once for all the

@@ -190,7 +190,7 @@ func TestCache(t *testing.T) {
 // answers its retries from the cache without executing again, and refuses a
 // different request under the key; a failed execution is not remembered.
 func TestGuardReplaysFromTheCache(t *testing.T) {
-	g := NewGuard(10, 24*time.Hour)
+	g := NewGuard(10, 24*time.Hour, 0)
 	merchant := uuid.New()
 	var executions atomic.Int32
 	fail := errors.New("database gone")

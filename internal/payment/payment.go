@@ -127,7 +127,8 @@ type EventQuery struct {
 	StartingAfter uuid.UUID // the last event of the previous page, or uuid.Nil
 }
 
-// Ledger moves money. Its methods run inside the transaction that claimed the
+// Ledger moves money. (Charges are decided by ChargeAccount and written in
+// batches by the store, not through Ledger.) Its methods run inside the transaction that claimed the
 // request's idempotency key, so their effects commit or roll back together with
 // the key and the stored response.
 type Ledger interface {
@@ -137,12 +138,6 @@ type Ledger interface {
 	// Deposit adds amount to the account. It returns ErrNotFound when the
 	// merchant has no such account.
 	Deposit(ctx context.Context, merchantID, accountID uuid.UUID, amount int64) (Deposit, error)
-
-	// Charge takes in.Amount from the account if its balance covers it. When it
-	// does not, the charge is recorded with status ChargeFailed and returned with
-	// a nil error. It returns ErrAccountNotFound when the merchant has no such
-	// account and ErrCurrencyMismatch when the account holds another currency.
-	Charge(ctx context.Context, merchantID uuid.UUID, in NewCharge) (Charge, error)
 
 	// Refund returns amount of the charge to its account, or all that is not yet
 	// refunded when amount is nil. It returns ErrNotFound for an unknown charge,

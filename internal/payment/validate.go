@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -91,19 +92,34 @@ func validateFreeForm(description *string, metadata map[string]string) error {
 	return nil
 }
 
-// Plan returns the charge this request creates if the account covers it: its
-// id and creation time are chosen up front, so the answer and the event can be
-// rendered before the one statement that records them.
-func (n NewCharge) Plan() Charge {
-	return Charge{
-		ID:          NewID(),
-		AccountID:   n.AccountID,
-		Amount:      n.Amount,
-		Currency:    n.Currency,
-		Status:      ChargeSucceeded,
-		Description: n.Description,
-		Metadata:    nonNil(n.Metadata),
-		// PostgreSQL keeps microseconds; so does the rendered time.
-		CreatedAt: time.Now().UTC().Truncate(time.Microsecond),
+// ChargeAccount decides a charge against the account it names, which the caller
+// holds locked: the single rule for every charge. The account is nil when the
+// merchant has none by that id. A charge in another currency is refused; one
+// the balance covers succeeds and takes its amount from a; one it does not
+// cover fails with FailureInsufficientFunds and leaves a unchanged. Charges on
+// one account are decided one after another, each against the balance the
+// ones before it left.
+func ChargeAccount(a *Account, id uuid.UUID, in NewCharge, at time.Time) (Charge, error) {
+	switch {
+	case a == nil:
+		return Charge{}, ErrAccountNotFound
+	case a.Currency != in.Currency:
+		return Charge{}, fmt.Errorf("%w: the account holds %s, the charge is in %s", ErrCurrencyMismatch, a.Currency, in.Currency)
 	}
+	c := Charge{
+		ID:          id,
+		AccountID:   a.ID,
+		Amount:      in.Amount,
+		Currency:    in.Currency,
+		Status:      ChargeSucceeded,
+		Description: in.Description,
+		Metadata:    nonNil(in.Metadata),
+		CreatedAt:   at,
+	}
+	if a.Balance < in.Amount {
+		c.Status, c.FailureCode = ChargeFailed, FailureInsufficientFunds
+		return c, nil
+	}
+	a.Balance -= in.Amount
+	return c, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -59,7 +60,12 @@ func bigChargeBody(t testing.TB) []byte {
 	for i := range payment.MaxMetadataKeys {
 		meta[fmt.Sprintf("order_line_%02d", i)] = fmt.Sprintf("sku-%06d qty=%d note=%s", i*37, i%5+1, strings.Repeat("x", 16))
 	}
-	c := payment.NewCharge{AccountID: payment.NewID(), Amount: 1999, Currency: "EUR", Metadata: meta}.Plan()
+	a := &payment.Account{ID: payment.NewID(), Currency: "EUR", Balance: 1999}
+	c, err := payment.ChargeAccount(a, payment.NewID(), payment.NewCharge{AccountID: a.ID, Amount: 1999, Currency: "EUR", Metadata: meta},
+		time.Now().UTC().Truncate(time.Microsecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	body, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)

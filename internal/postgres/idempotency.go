@@ -23,9 +23,13 @@ type Operation func(ctx context.Context, l payment.Ledger) (idempotency.Response
 const maxAttempts = 3
 
 const (
+	// claimKeySQL takes the key's advisory lock (see charges.go: whoever
+	// writes a key's row holds it), waiting up to lock_timeout for a twin in
+	// flight, then claims the key through its unique index.
 	claimKeySQL = `
+WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0)))
 INSERT INTO idempotency_keys (merchant_id, key, fingerprint)
-VALUES ($1, $2, $3)
+SELECT $1::uuid, $2, $3 FROM lock
 ON CONFLICT (merchant_id, key) DO NOTHING
 RETURNING created_at`
 

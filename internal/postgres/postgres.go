@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"payments/internal/groupcommit"
 	"payments/internal/payment"
 )
 
@@ -44,6 +45,11 @@ type Options struct {
 	KeyTTL time.Duration
 	// OnExpired, if set, is called when a request finds its key expired.
 	OnExpired func()
+	// ChargeBatchSize is the most charges committed together (default 64);
+	// ChargeBatches how many such batches may be in flight at once (default
+	// 2). See internal/groupcommit.
+	ChargeBatchSize int
+	ChargeBatches   int
 }
 
 func (o Options) withDefaults() Options {
@@ -70,6 +76,8 @@ type Store struct {
 	notify       chan struct{}
 	stopNotifier context.CancelFunc
 	notifierDone chan struct{}
+
+	charges *groupcommit.Batcher[ChargeRequest, chargeAnswer]
 }
 
 // Open connects to the database at databaseURL. It does not wait for the
@@ -93,6 +101,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	var notifierCtx context.Context
 	notifierCtx, s.stopNotifier = context.WithCancel(context.Background())
 	go s.notifier(notifierCtx)
+	s.charges = s.newChargeBatcher()
 	return s, nil
 }
 

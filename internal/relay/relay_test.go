@@ -163,12 +163,22 @@ func (e *env) deposit(account uuid.UUID, amount int64) {
 	})
 }
 
+// charge charges the account through the service's charge path, under a
+// fresh key; a charge the balance does not cover is recorded as failed.
 func (e *env) charge(account uuid.UUID, amount int64) {
 	e.t.Helper()
-	e.exec(func(ctx context.Context, l payment.Ledger) error {
-		_, err := l.Charge(ctx, e.merchant, payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"})
-		return err
+	var fp idempotency.Fingerprint
+	_, _ = rand.Read(fp[:])
+	_, err := e.store.CreateCharge(context.Background(), postgres.ChargeRequest{
+		Key:    idempotency.Request{MerchantID: e.merchant, Key: uuid.NewString(), Fingerprint: fp},
+		Charge: payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
+		Render: func(payment.Charge, []byte, error) (idempotency.Response, error) {
+			return idempotency.Response{Status: 201, Body: []byte("{}")}, nil
+		},
 	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // startRelay runs a relay until the test ends or stop is called; stop
