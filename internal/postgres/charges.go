@@ -383,14 +383,14 @@ type chargeWrites struct {
 	debitAmounts                  []int64
 	debitIndex                    map[accountKey]int
 
-	chargeMerchants, chargeIDs, chargeAccounts  []uuid.UUID
-	chargeAmounts                               []int64
-	currencies, statuses, failures              []string
-	descriptions                                []*string
-	metadata                                    [][]byte
-	eventIDs                                     []uuid.UUID
-	eventTypes                                   []string
-	payloads                                     [][]byte
+	chargeMerchants, chargeIDs, chargeAccounts []uuid.UUID
+	chargeAmounts                              []int64
+	currencies, statuses, failures             []string
+	descriptions                               []*string
+	metadata                                   [][]byte
+	eventIDs                                   []uuid.UUID
+	eventTypes                                 []string
+	payloads                                   [][]byte
 
 	keyMerchants  []uuid.UUID
 	keys          []string
