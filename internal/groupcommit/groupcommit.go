@@ -149,3 +149,10 @@ func (b *Batcher[In, Out]) execute(batch []*pending[In, Out]) {
 		close(p.done)
 	}
 }
+
+// queued reports how many requests wait for a slot, for tests.
+func (b *Batcher[In, Out]) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}

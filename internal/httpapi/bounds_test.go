@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,5 +275,47 @@ func (f *fixture) holdKey(t *testing.T, key, method, path, body string) {
 	if _, err := holder.Exec(ctx, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint) VALUES ($1, $2, $3)`,
 		f.merchantID, key, fp[:]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInFlightKeyHoldsNoAccount: while a charge waits for its key, held by a
+// request in flight elsewhere (another replica: here a transaction of the
+// test's own), it holds nothing: the account's other charges and deposits go
+// through at once, not after the wait bound.
+func TestInFlightKeyHoldsNoAccount(t *testing.T) {
+	t.Parallel()
+	const bound = 2 * time.Second
+	f := setup(t, func(o *setupOptions) { o.keyWait = bound })
+	acct := f.account("USD", 10_000)
+	key := uuid.NewString()
+	body := chargeBody(acct, 100)
+	f.holdKey(t, key, http.MethodPost, "/v1/charges", body)
+
+	waiting := make(chan reply, 1)
+	go func() { waiting <- f.post("/v1/charges", key, body) }()
+	time.Sleep(200 * time.Millisecond) // let it start waiting for the key
+
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			path, b := "/v1/charges", chargeBody(acct, 10)
+			if i%2 == 1 {
+				path, b = "/v1/accounts/"+acct+"/deposits", `{"amount":10}`
+			}
+			if r := f.post(path, uuid.NewString(), b); r.status != http.StatusCreated {
+				t.Errorf("%s: %d %s", path, r.status, r.body)
+			}
+		})
+	}
+	wg.Wait()
+	if took := time.Since(began); took > bound/2 {
+		t.Errorf("the account's other requests took %v behind a key in flight; the waiting charge holds the account", took)
+	}
+	if r := <-waiting; r.status != http.StatusConflict {
+		t.Errorf("the charge whose key is held got %d %s, want 409 after the bound", r.status, r.body)
+	}
+	if got := f.balance(acct); got != 10_000 {
+		t.Errorf("balance %d, want 10000 (five charges and five deposits of 10)", got)
 	}
 }
