@@ -23,6 +23,7 @@ type config struct {
 	RelayEnabled    bool
 	RelayBatch      int
 	ChargeBatchSize int
+	PprofAddr       string
 	ChargeBatches   int
 	RelayPoll       time.Duration
 	EventRetention  time.Duration
@@ -72,8 +73,10 @@ func (c *config) settings() []setting {
 			}},
 		{"CHARGE_BATCH_SIZE", "charge-batch-size", "64", "most concurrent charges committed together in one transaction (group commit)",
 			positiveInt(&c.ChargeBatchSize)},
-		{"CHARGE_BATCHES", "charge-batches", "2", "charge batches in flight at once; a charge waits for company only while all are busy",
+		{"CHARGE_BATCHES", "charge-batches", "1", "charge batches in flight at once; a charge waits for company only while all are busy",
 			positiveInt(&c.ChargeBatches)},
+		{"PPROF_ADDR", "pprof-addr", "", "address of a listener serving Go's profiler (/debug/pprof/) for performance work; empty: none. Keep it on loopback",
+			func(v string) error { c.PprofAddr = v; return nil }},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
 			durationInto(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",

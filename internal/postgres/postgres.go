@@ -47,7 +47,7 @@ type Options struct {
 	OnExpired func()
 	// ChargeBatchSize is the most charges committed together (default 64);
 	// ChargeBatches how many such batches may be in flight at once (default
-	// 2). See internal/groupcommit.
+	// 1). See internal/groupcommit.
 	ChargeBatchSize int
 	ChargeBatches   int
 }
