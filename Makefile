@@ -26,6 +26,10 @@ run: ## Start PostgreSQL (Docker Compose or local), migrate, print a curl sessio
 test: ## Run every test, integration tests included, under the race detector
 	GO=$(GO) ./scripts/test.sh $(TESTFLAGS)
 
+.PHONY: profile
+profile: ## CPU profile of the service under the fresh-charge load (PROFILE_SECONDS=15); prints the top costs
+	GO=$(GO) ./scripts/profile.sh
+
 .PHONY: bench
 bench: ## Load-test a scratch service against pg-reference; writes docs/benchmarks.md (BENCH_SECONDS=10)
 	GO=$(GO) ./scripts/bench.sh

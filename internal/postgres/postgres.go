@@ -4,15 +4,16 @@
 //
 // Isolation: transactions run at READ COMMITTED. That suffices because no
 // decision is ever made from a value that another transaction may still change:
-// the key claim is decided by the unique index (a concurrent insert of the same
-// key waits for the first transaction and then sees its row); every debit is a
-// single conditional UPDATE (… WHERE balance >= $amount) that PostgreSQL
-// re-evaluates against the newest committed row version after waiting for its
-// lock; and a refund is decided from its charge read FOR UPDATE, which returns
-// the newest version and keeps it locked until commit. CHECK constraints
-// (balance >= 0, amount_refunded <= amount) back that up. Stricter levels would add
-// serialization failures without preventing any anomaly this schema can have;
-// deadlocks and serialization failures are still retried here, never surfaced.
+// a key is decided under its advisory lock, held by whichever transaction
+// writes the key's row (and the unique index backs that up); a charge is
+// decided from its account read FOR UPDATE (charges.go); a deposit is a single
+// UPDATE that PostgreSQL re-evaluates against the newest committed row version
+// after waiting for its lock; and a refund is decided from its charge read FOR
+// UPDATE, which returns the newest version and keeps it locked until commit.
+// CHECK constraints (balance >= 0, amount_refunded <= amount) back that up.
+// Stricter levels would add serialization failures without preventing any
+// anomaly this schema can have; deadlocks and serialization failures are still
+// retried here, never surfaced. The lock order is written down in charges.go.
 package postgres
 
 import (
