@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
+	"payments/internal/pgtest"
 )
 
 // TestAmountBoundsAreInclusive: exactly 1 and exactly 99,999,999 are valid
@@ -317,5 +319,57 @@ func TestInFlightKeyHoldsNoAccount(t *testing.T) {
 	}
 	if got := f.balance(acct); got != 10_000 {
 		t.Errorf("balance %d, want 10000 (five charges and five deposits of 10)", got)
+	}
+}
+
+// TestDatabaseReplayTouchesNoAccount: a replay answered from the database (no
+// cache here) reads the key's row and nothing else: with the account's row
+// locked by another transaction, it is answered at once, byte for byte, and
+// no transaction of the service rolls back to get there.
+func TestDatabaseReplayTouchesNoAccount(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(o *setupOptions) {
+		// A database of its own: its rollback count is this test's alone.
+		o.databaseURL, o.cacheSize, o.keyWait = pgtest.NewDatabase(t), 0, 2*time.Second
+	})
+	acct := f.account("USD", 1000)
+	key := uuid.NewString()
+	first := f.post("/v1/charges", key, chargeBody(acct, 100))
+	if first.status != http.StatusCreated {
+		t.Fatalf("charge: %d %s", first.status, first.body)
+	}
+	ctx := context.Background()
+	holder, err := f.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	accountID, _ := payment.ParseID(payment.PrefixAccount, acct)
+	if _, err := holder.Exec(ctx, `SELECT FROM accounts WHERE merchant_id = $1 AND id = $2 FOR UPDATE`, f.merchantID, accountID); err != nil {
+		t.Fatal(err)
+	}
+	var rollbacks int64
+	count := func() int64 {
+		t.Helper()
+		var n int64
+		if err := f.db.QueryRow(ctx, `SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	rollbacks = count()
+	began := time.Now()
+	again := f.post("/v1/charges", key, chargeBody(acct, 100))
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("the replay took %v with the account locked: it waited for the account", took)
+	}
+	if again.status != http.StatusCreated || !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay: %d %s, want the first answer replayed", again.status, again.body)
+	}
+	// The statistics collector reports with a delay of its own; a rollback
+	// would show within a second.
+	time.Sleep(time.Second)
+	if n := count(); n != rollbacks {
+		t.Errorf("%d transactions rolled back while answering a replay", n-rollbacks)
 	}
 }
