@@ -225,10 +225,10 @@ func (s *Store) chargeTx(ctx context.Context, reqs []ChargeRequest, wait bool) (
 	if wait {
 		b.Queue(lockKeySQL, merchants[0], keys[0])
 	} else {
-		b.Queue(tryLockKeysSQL, pgUUIDs(merchants), keys)
+		b.Queue(s.chargeSQL.tryLockKeys, pgUUIDs(merchants), keys)
 	}
-	b.Queue(lookupKeysSQL, pgUUIDs(merchants), keys, s.opts.KeyTTL)
-	b.Queue(lockAccountsSQL, pgUUIDs(merchants), keys, pgUUIDs(accountIDs), s.opts.KeyTTL)
+	b.Queue(s.chargeSQL.lookupKeys, pgUUIDs(merchants), keys, s.opts.KeyTTL)
+	b.Queue(s.chargeSQL.lockAccounts, pgUUIDs(merchants), keys, pgUUIDs(accountIDs), s.opts.KeyTTL)
 	br := conn.SendBatch(ctx, b)
 	locked, stored, now, accounts, err := readLocks(br, n, wait)
 	if closeErr := br.Close(); err == nil {
@@ -271,7 +271,7 @@ func (s *Store) chargeTx(ctx context.Context, reqs []ChargeRequest, wait bool) (
 		b.Queue(deleteExpiredKeysOfSQL, w.expiredMerchants, w.expiredKeys, s.opts.KeyTTL)
 	}
 	if len(w.keyMerchants) > 0 {
-		b.Queue(writeChargesSQL, w.args()...)
+		b.Queue(s.chargeSQL.write, w.args()...)
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -279,6 +279,14 @@ func (s *Store) chargeTx(ctx context.Context, reqs []ChargeRequest, wait bool) (
 	}
 	return answers, len(w.eventIDs), nil
 }
+
+// chargeStatements are the statements of chargeTx that a benchmark replaces
+// to price the idempotency key (see BenchmarkKeyClaimOverhead).
+type chargeStatements struct {
+	tryLockKeys, lookupKeys, lockAccounts, write string
+}
+
+var defaultChargeStatements = chargeStatements{tryLockKeysSQL, lookupKeysSQL, lockAccountsSQL, writeChargesSQL}
 
 // keyRow is what lookupKeysSQL found under one member's key.
 type keyRow struct {

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"payments/internal/idempotency"
 )
@@ -22,4 +24,35 @@ func (s *Store) RunChargeBatch(ctx context.Context, reqs []ChargeRequest) ([]Bat
 		out[i] = BatchAnswer{a.res, a.err, a.inFlight}
 	}
 	return out, err
+}
+
+// WithoutKeys makes s run charge batches with the idempotency key taken out:
+// no key locks, no lookup, no key rows; the same accounts, charges, events,
+// round trips and commit. It exists only to price the key.
+func (s *Store) WithoutKeys() error {
+	replace := func(sql, old, new string) (string, error) {
+		out := strings.Replace(sql, old, new, 1)
+		if out == sql {
+			return "", fmt.Errorf("WithoutKeys: %q is no longer in the statement; update it", old)
+		}
+		return out, nil
+	}
+	var st chargeStatements
+	var err error
+	if st.tryLockKeys, err = replace(tryLockKeysSQL, "pg_try_advisory_xact_lock(hashtextextended(m::text || k, 0))", "true"); err != nil {
+		return err
+	}
+	if st.lookupKeys, err = replace(lookupKeysSQL, `LEFT JOIN idempotency_keys ik ON ik.merchant_id = u.m AND ik.key = u.k`,
+		`LEFT JOIN idempotency_keys ik ON false`); err != nil {
+		return err
+	}
+	if st.lockAccounts, err = replace(lockAccountsSQL, `WHERE NOT EXISTS (`, `WHERE $4::interval IS NOT NULL OR NOT EXISTS (`); err != nil {
+		return err
+	}
+	if st.write, err = replace(writeChargesSQL, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding)
+SELECT * FROM unnest(`, `SELECT count(*) FROM unnest(`); err != nil {
+		return err
+	}
+	s.chargeSQL = st
+	return nil
 }

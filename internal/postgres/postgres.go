@@ -78,7 +78,8 @@ type Store struct {
 	stopNotifier context.CancelFunc
 	notifierDone chan struct{}
 
-	charges *groupcommit.Batcher[ChargeRequest, chargeAnswer]
+	charges   *groupcommit.Batcher[ChargeRequest, chargeAnswer]
+	chargeSQL chargeStatements
 }
 
 // Open connects to the database at databaseURL. It does not wait for the
@@ -98,7 +99,8 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	s := &Store{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{})}
+	s := &Store{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
+		chargeSQL: defaultChargeStatements}
 	var notifierCtx context.Context
 	notifierCtx, s.stopNotifier = context.WithCancel(context.Background())
 	go s.notifier(notifierCtx)
