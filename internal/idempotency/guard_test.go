@@ -117,6 +117,78 @@ func TestCoalescerFollowers(t *testing.T) {
 	}
 }
 
+// A follower waits for its leader at most Wait, as a retry on another replica
+// waits for the database, then gets ErrKeyInUse without executing; the
+// leader goes on.
+func TestCoalescerFollowerWaitIsBounded(t *testing.T) {
+	const wait = 200 * time.Millisecond
+	c := Coalescer{Wait: wait}
+	merchant := uuid.New()
+	release := make(chan struct{})
+	leaderDone := make(chan error)
+	go func() {
+		_, err := c.Do(context.Background(), request(merchant, "k", 1), func(context.Context) (Result, error) {
+			<-release
+			return Result{Response: Response{Status: 201}}, nil
+		})
+		leaderDone <- err
+	}()
+	for c.InFlight() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	began := time.Now()
+	_, err := c.Do(context.Background(), request(merchant, "k", 1), func(context.Context) (Result, error) {
+		t.Error("the follower executed")
+		return Result{}, nil
+	})
+	waited := time.Since(began)
+	if !errors.Is(err, ErrKeyInUse) || waited < wait || waited > wait+500*time.Millisecond {
+		t.Errorf("follower got %v after %v, want ErrKeyInUse after %v", err, waited, wait)
+	}
+	close(release)
+	if err := <-leaderDone; err != nil {
+		t.Errorf("leader: %v", err)
+	}
+}
+
+// A leader that panics hands its followers ErrLeaderPanicked: they neither
+// replay an empty success nor execute; the panic goes on up the leader's stack.
+func TestCoalescerLeaderPanic(t *testing.T) {
+	var c Coalescer
+	merchant := uuid.New()
+	release := make(chan struct{})
+	leaderDone := make(chan any)
+	go func() {
+		defer func() { leaderDone <- recover() }()
+		_, _ = c.Do(context.Background(), request(merchant, "k", 1), func(context.Context) (Result, error) {
+			<-release
+			panic("bug")
+		})
+	}()
+	for c.InFlight() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	followerDone := make(chan error)
+	go func() {
+		_, err := c.Do(context.Background(), request(merchant, "k", 1), func(context.Context) (Result, error) {
+			t.Error("the follower executed")
+			return Result{}, nil
+		})
+		followerDone <- err
+	}()
+	waitForFollowers(&c, 1)
+	close(release)
+	if r := <-leaderDone; r != "bug" {
+		t.Errorf("the leader's panic was %v, want it to go on", r)
+	}
+	if err := <-followerDone; !errors.Is(err, ErrLeaderPanicked) {
+		t.Errorf("follower got %v, want ErrLeaderPanicked", err)
+	}
+	if c.InFlight() != 0 {
+		t.Error("the panicked key is still in flight")
+	}
+}
+
 func TestCoalescerKeysAreIndependent(t *testing.T) {
 	var c Coalescer
 	a, b := uuid.New(), uuid.New()
