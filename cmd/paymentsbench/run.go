@@ -83,11 +83,11 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}
-	settled, err := settle(ctx, cl, cfg.clients, led)
+	settled, err := settle(ctx, cl, setupWorkers(cfg.clients), led)
 	if err != nil {
 		return result{}, fmt.Errorf("settle: %w", err)
 	}
-	balances, err := fetchBalances(ctx, cl, cfg.clients, accounts)
+	balances, err := fetchBalances(ctx, cl, setupWorkers(cfg.clients), accounts)
 	if err != nil {
 		return result{}, fmt.Errorf("read balances: %w", err)
 	}
