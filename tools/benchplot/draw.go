@@ -33,6 +33,7 @@ func drawChart(path, title, ylabel string, series []series, value func(point) fl
 	p.Y.Tick.Marker = niceTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(8) // clear of the value axis
 	p.Add(plotter.NewGrid())
 	for i, s := range series {
 		xys := make(plotter.XYs, len(s.points))
