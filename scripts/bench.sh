@@ -165,8 +165,9 @@ ratio() { awk -v a="$1" -v b="$2" -v d="${3:-2}" 'BEGIN { if (b > 0) printf "%.*
 # verdict VALUE TARGET: met or not met, as VALUE >= TARGET; verdict_le: VALUE <= TARGET.
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v + 0 >= t + 0) ? "**met**" : "**not met**" }'; }
 verdict_le() { awk -v v="$1" -v t="$2" 'BEGIN { print (v + 0 <= t + 0) ? "**met**" : "**not met**" }'; }
-# fields NAME REGEX: the field NAME of every run whose name matches ^REGEX$, one a line.
-fields() { grep -E "\"scenario\":\"$2\"" "$results" | sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+# fields NAME REGEX: the field NAME of every run whose name matches ^REGEX$, one a
+# line; nothing (and success) when there is none.
+fields() { { grep -E "\"scenario\":\"$2\"" "$results" || true; } | sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
 # stop_pid PID: SIGTERM a service we started, then wait for its drain.
 stop_pid() {
 	if [ -n "$1" ]; then
@@ -671,7 +672,7 @@ warnings=$(log_warnings bin/bench-server*.log)
 i12_mean() { fields "$1" "i12-$2-$3-r[0-9]+" | mean "${4:-1}"; }
 # held_answers SIDE: the held-key client's answers over the rounds, e.g. "409: 18".
 held_answers() {
-	grep -E "\"scenario\":\"i12-$1-held-r[0-9]+\"" "$results" |
+	{ grep -E "\"scenario\":\"i12-$1-held-r[0-9]+\"" "$results" || true; } |
 		sed -n 's/.*"held_key_statuses":{\([^}]*\)}.*/\1/p' | tr ',' '\n' | tr -d '"' |
 		awk -F: 'NF == 2 { n[$1] += $2 } END { for (k in n) printf "%s%s: %d", (s++ ? ", " : ""), k, n[k] }'
 }
