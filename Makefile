@@ -30,8 +30,14 @@ test: ## Run every test, integration tests included, under the race detector
 profile: ## CPU profile of the service under the fresh-charge load (PROFILE_SECONDS=15); prints the top costs
 	GO=$(GO) ./scripts/profile.sh
 
+# make bench: issue 5's targets, and issue 12's group commit against the
+# baseline (BENCH_BASELINE, default ac4142a, built from git into
+# bin/payments-baseline) with the throughput curve drawn by tools/benchplot
+# (a module of its own) into docs/bench-throughput.png and docs/bench-p99.png.
+# About 15 minutes with the defaults; the knobs (BENCH_SECONDS, BENCH_PAIRS,
+# BENCH_CURVE=0, BENCH_LARGE=0, ...) are listed at the top of scripts/bench.sh.
 .PHONY: bench
-bench: ## Load-test a scratch service against pg-reference; writes docs/benchmarks.md (BENCH_SECONDS=10)
+bench: ## Load-test scratch services (before/after group commit) against pg-reference; writes docs/benchmarks.md and its PNGs
 	GO=$(GO) ./scripts/bench.sh
 
 # The fault scenarios of internal/chaos in their long form (make test runs the

@@ -1,16 +1,18 @@
 # bench-lib.sh: functions scripts/bench.sh sources; not meant to run on its own.
 #
 # They use the caller's variables: admin, clients, seconds, results, failed,
-# server_pid, port, url, metrics_sampler_pid (see bench.sh).
+# server_pid, port, url, metrics_sampler_pid, service_bin, shared, pgbench_shim,
+# pgref_results, holder_pid, holder_backend (see bench.sh).
 
 # start_service DATABASE_URL LOG [VAR=value ...]: starts `payments serve` on a
 # loopback port the kernel picks, with the given environment on top of the
 # defaults, and waits until GET /readyz answers 200. Sets server_pid, port, url.
+# The binary is $service_bin, bin/payments when that is empty.
 start_service() {
 	local database=$1 log=$2 addr=''
 	shift 2
 	env DATABASE_URL="$database" HTTP_ADDR=127.0.0.1:0 LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$@" \
-		bin/payments serve >"$log" 2>&1 &
+		"${service_bin:-bin/payments}" serve >"$log" 2>&1 &
 	server_pid=$!
 	for _ in $(seq 100); do
 		addr=$(sed -n 's/.*"msg":"listening".*"addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
@@ -187,3 +189,89 @@ median() {
 
 # mib BYTES: BYTES in MiB, one decimal.
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+
+# percentiles Q...: the nearest-rank quantiles Q (0..1) of the numbers on
+# stdin, on one line, three decimals each; "?" for each when there are none.
+percentiles() {
+	sort -g | awk -v qs="$*" '
+		{ a[NR] = $1 }
+		END {
+			n = split(qs, q, " ")
+			for (i = 1; i <= n; i++) {
+				k = int(q[i] * NR); if (k < q[i] * NR) k++; if (k < 1) k = 1
+				printf "%s%s", (i > 1 ? " " : ""), (NR ? sprintf("%.3f", a[k]) : "?")
+			}
+			print ""
+		}'
+}
+
+# mean [DIGITS]: the mean of the numbers on stdin (default 1 decimal); empty
+# when there are none.
+mean() { awk -v d="${1:-1}" '{ s += $1; n++ } END { if (n) printf "%.*f\n", d, s / n }'; }
+
+# pgref CLIENTS TAG: runs pg-reference -c CLIENTS -T $seconds, its pgbench
+# logging every transaction's latency (the shim $pgbench_shim/pgbench adds -l),
+# and appends "TAG CLIENTS tps avg_ms p50_ms p99_ms" to $pgref_results. It
+# fails when pg-reference does.
+pgref() {
+	local n=$1 tag=$2 dir out tps avg p50 p99
+	dir=$(mktemp -d)
+	if ! out=$(PATH="$pgbench_shim:$PATH" BENCH_PGBENCH_LOG="$dir/log" \
+		"$shared/bench/pg-reference" -c "$n" -T "$seconds" -d "$admin" 2>&1); then
+		say "pg-reference -c $n failed: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+		rm -rf "$dir"
+		return 1
+	fi
+	tps=$(sed -n 's/^reference_tps=//p' <<<"$out" | awk '{ printf "%.1f", $1 }')
+	avg=$(sed -n 's/.*latency_avg_ms=\([0-9.]*\).*/\1/p' <<<"$out")
+	# pgbench's per-transaction log: client, transaction, latency in µs, ...
+	read -r p50 p99 < <(cat "$dir"/log.* 2>/dev/null | awk '{ print $3 / 1000 }' | percentiles 0.5 0.99)
+	rm -rf "$dir"
+	echo "$tag $n $tps ${avg:-?} $p50 $p99" >>"$pgref_results"
+	say "  pg-reference -c $n ($tag): $tps tps, avg ${avg:-?} ms, p50 $p50 ms, p99 $p99 ms"
+}
+
+# pgref_field TAG COLUMN: a column (3 tps, 4 avg, 5 p50, 6 p99) of a pgref line.
+pgref_field() { awk -v t="$1" -v c="$2" '$1 == t { print $c }' "$pgref_results"; }
+
+# hold_key DATABASE_URL MERCHANT KEY OUT: holds KEY of MERCHANT in flight the way
+# another replica of the service would: a session that takes the key's
+# advisory lock and inserts its row (no response yet), then stays in its
+# transaction (pg_sleep) until release_key. Waits until it holds the key; sets
+# holder_pid (the psql) and holder_backend (its server process). OUT gets psql's output.
+hold_key() {
+	local i
+	psql -qXAt -v ON_ERROR_STOP=1 "$1" >"$4" 2>&1 <<SQL &
+BEGIN;
+SELECT 'backend', pg_backend_pid();
+SELECT pg_advisory_xact_lock(hashtextextended('$2'::uuid::text || '$3', 0));
+INSERT INTO idempotency_keys (merchant_id, key, fingerprint) VALUES ('$2', '$3', '\x00');
+SELECT 'held';
+SELECT pg_sleep(3600);
+ROLLBACK;
+SQL
+	holder_pid=$!
+	for i in $(seq 100); do
+		grep -qx held "$4" && break
+		kill -0 "$holder_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	holder_backend=$(sed -n 's/^backend|//p' "$4")
+	if ! grep -qx held "$4" || [ -z "$holder_backend" ]; then
+		say "could not hold the key: $(tr '\n' ' ' <"$4")"
+		release_key
+		return 1
+	fi
+}
+
+# release_key: ends the session of hold_key; its transaction rolls back.
+release_key() {
+	if [ -n "$holder_backend" ]; then
+		psql -qXAt "$admin" -c "SELECT pg_terminate_backend($holder_backend)" >/dev/null 2>&1 || true
+	fi
+	if [ -n "$holder_pid" ]; then
+		kill "$holder_pid" 2>/dev/null || true
+		wait "$holder_pid" 2>/dev/null || true
+	fi
+	holder_pid='' holder_backend=''
+}

@@ -42,6 +42,13 @@ type config struct {
 	readyTimeout time.Duration
 	json         bool
 	runID        string
+
+	// servicePID, when set, is the service's process: its CPU time over the
+	// measured run is reported (Linux /proc).
+	servicePID int
+	// heldKey, when set, is a key another party holds in flight: one extra
+	// client keeps retrying a charge with it during the measured run.
+	heldKey string
 }
 
 // parseConfig reads the flags in args; the API key defaults to
@@ -70,6 +77,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", 30*time.Second, "how long to wait for GET /readyz to answer 200 before starting")
 	fs.BoolVar(&c.json, "json", false, "print each scenario as one JSON object per line")
 	fs.StringVar(&c.runID, "run-id", "", "prefix of every Idempotency-Key (default: random), so runs never share keys")
+	fs.IntVar(&c.servicePID, "service-pid", 0, "process id of the service (same machine): report its CPU time over the measured run, from /proc/PID/stat")
+	fs.StringVar(&c.heldKey, "held-key", "", "an Idempotency-Key held in flight elsewhere: one extra client keeps retrying a charge with it on the first account during the run; its answers are counted apart")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -120,6 +129,10 @@ func (c config) validate() error {
 		return fmt.Errorf("-mixed-retry: want 0..1, got %g", c.mixedRetry)
 	case c.timeout <= 0:
 		return errors.New("-timeout: want a positive duration")
+	case c.servicePID < 0:
+		return fmt.Errorf("-service-pid: want a process id, got %d", c.servicePID)
+	case len(c.heldKey) > 255 || strings.ContainsFunc(c.heldKey, func(r rune) bool { return r <= ' ' || r > '~' }):
+		return errors.New("-held-key: want 1-255 visible ASCII characters")
 	}
 	for _, s := range c.scenarios {
 		if !slices.Contains(scenarioNames, s) {

@@ -16,6 +16,11 @@
 //	        to a new key every -storm-per-key requests or -storm-interval
 //	mixed   fresh charges plus retries of recent keys (-mixed-retry of them)
 //
+// For make bench's group-commit measurements: -service-pid reports the
+// service's CPU time over each measured run (from /proc/PID/stat, in clock
+// ticks), and -held-key adds one client that keeps retrying a charge whose key
+// another party holds in flight, its answers counted apart.
+//
 // The API key comes from -api-key or $PAYMENTS_API_KEY. With -json each scenario
 // is printed as one JSON object on its own line. The exit status is non-zero when
 // a balance does not match.

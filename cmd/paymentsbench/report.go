@@ -48,6 +48,12 @@ type result struct {
 	Succeeded  int      `json:"succeeded"`
 	Verified   bool     `json:"verified"`
 	Mismatches []string `json:"mismatches"`
+	// ServiceCPUTicks is the service's user plus system CPU time over the
+	// measured run, in clock ticks (getconf CLK_TCK); only with -service-pid.
+	ServiceCPUTicks *int64 `json:"service_cpu_ticks,omitempty"`
+	// HeldKeyStatuses counts the answers to the -held-key client by status
+	// ("none": no answer); they are not in the figures above.
+	HeldKeyStatuses map[string]int64 `json:"held_key_statuses,omitempty"`
 }
 
 // newResult summarises a run and its verification.
@@ -109,6 +115,12 @@ func (r result) writeText(w io.Writer) error {
 	fmt.Fprintf(&b, "  in use    %d (409 idempotency-key-in-use)\n", r.InUse)
 	fmt.Fprintf(&b, "  errors    %d %s\n", r.ErrorCount, counts(r.Errors))
 	fmt.Fprintf(&b, "  settled   %d keys resent after the run for a final answer\n", r.Settled)
+	if r.ServiceCPUTicks != nil {
+		fmt.Fprintf(&b, "  service   %d clock ticks of CPU (user + system) over the run\n", *r.ServiceCPUTicks)
+	}
+	if r.HeldKeyStatuses != nil {
+		fmt.Fprintf(&b, "  held key  %s (the -held-key client, not counted above)\n", counts(r.HeldKeyStatuses))
+	}
 	if r.Verified {
 		fmt.Fprintf(&b, "  verified: ok (%d accounts, %d keys, %d succeeded charges)\n", r.Accounts, r.Keys, r.Succeeded)
 	} else {

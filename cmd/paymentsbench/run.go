@@ -62,18 +62,37 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 	if err != nil {
 		return result{}, err
 	}
+	var cpu0 int64
+	if cfg.servicePID > 0 {
+		if cpu0, err = processCPUTicks(cfg.servicePID); err != nil {
+			return result{}, err
+		}
+	}
+	held := startHeldKey(ctx, cl, cfg, accounts[0], led)
 	st := drive(ctx, cl, load, cfg, led)
+	var cpu *int64
+	if cfg.servicePID > 0 {
+		cpu1, err := processCPUTicks(cfg.servicePID)
+		if err != nil {
+			return result{}, err
+		}
+		d := cpu1 - cpu0
+		cpu = &d
+	}
+	heldStatuses := held.stop()
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}
-	settled, err := settle(ctx, cl, cfg.clients, led)
+	settled, err := settle(ctx, cl, setupWorkers(cfg.clients), led)
 	if err != nil {
 		return result{}, fmt.Errorf("settle: %w", err)
 	}
-	balances, err := fetchBalances(ctx, cl, cfg.clients, accounts)
+	balances, err := fetchBalances(ctx, cl, setupWorkers(cfg.clients), accounts)
 	if err != nil {
 		return result{}, fmt.Errorf("read balances: %w", err)
 	}
 	v := led.verify(balances)
-	return newResult(name, cfg.clients, st, settled, v), nil
+	res := newResult(name, cfg.clients, st, settled, v)
+	res.ServiceCPUTicks, res.HeldKeyStatuses = cpu, heldStatuses
+	return res, nil
 }

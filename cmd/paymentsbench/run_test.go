@@ -21,6 +21,8 @@ type fakeService struct {
 	// inUseEvery makes every n-th charge request answer 409 in use without
 	// executing, as a key held by another request would.
 	inUseEvery int
+	// heldKey is a key held in flight elsewhere: its charges answer 409 in use.
+	heldKey string
 
 	mu       sync.Mutex
 	balances map[string]int64
@@ -99,7 +101,7 @@ func (f *fakeService) idempotent(op func(*http.Request) storedAnswer) http.Handl
 			if f.doubleCharge && a.debit != nil {
 				a.debit()
 			}
-		case r.URL.Path == "/v1/charges" && f.inUseEvery > 0 && f.requests%f.inUseEvery == 0:
+		case r.URL.Path == "/v1/charges" && (f.inUseEvery > 0 && f.requests%f.inUseEvery == 0 || f.heldKey != "" && key == f.heldKey):
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusConflict)
 			return

@@ -15,7 +15,7 @@ import (
 // answer is the same request and opens nothing twice.
 func openAccounts(ctx context.Context, cl *client, cfg config, prefix string, led *ledger) ([]string, error) {
 	accounts := make([]string, cfg.accounts)
-	err := parallel(ctx, cfg.clients, cfg.accounts, func(ctx context.Context, i int) error {
+	err := parallel(ctx, setupWorkers(cfg.clients), cfg.accounts, func(ctx context.Context, i int) error {
 		key := prefix + "acct-" + strconv.Itoa(i)
 		id, err := retry(ctx, func() (string, error) { return cl.createAccount(ctx, key) })
 		if err != nil {
@@ -36,6 +36,15 @@ func openAccounts(ctx context.Context, cl *client, cfg config, prefix string, le
 	})
 	return accounts, err
 }
+
+// minSetupWorkers is the least concurrency of the work around a measured run
+// (opening accounts, settling, reading balances), so a run with one client
+// does not spend longer on its setup than on its measurement.
+const minSetupWorkers = 16
+
+// setupWorkers is how many requests the work around a run with clients
+// clients sends at once.
+func setupWorkers(clients int) int { return max(clients, minSetupWorkers) }
 
 // fetchBalances reads the balance of every account.
 func fetchBalances(ctx context.Context, cl *client, clients int, accounts []string) (map[string]int64, error) {
