@@ -63,8 +63,8 @@ func (c *Cache) Lookup(req Request) (Result, error, bool) {
 	return res, err, true
 }
 
-// Add remembers the response stored for req's key at storedAt (the database's
-// time of the key's claim).
+// Add remembers the response stored for req's key at storedAt (by the
+// database's clock).
 func (c *Cache) Add(req Request, resp Response, storedAt time.Time) {
 	expires := storedAt.Add(c.ttl - ClockMargin)
 	if c.max <= 0 || !c.now().Before(expires) {
