@@ -67,7 +67,7 @@ type Server struct {
 // New returns the API's HTTP handler.
 func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	if opts.Guard == nil {
-		opts.Guard = idempotency.NewGuard(0, 0, 0)
+		opts.Guard = idempotency.NewGuard(0, 0, 0, 0)
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
