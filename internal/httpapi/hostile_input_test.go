@@ -1,0 +1,85 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// TestResponsesAreNotHTMLEscaped: <, > and & are rendered as sent, not as
+// six-byte escapes, so a response is no larger than what it echoes; it is
+// stored and replayed byte for byte, on the charge batch and the general path;
+// and a response stored escaped (by an older version) replays as stored.
+func TestResponsesAreNotHTMLEscaped(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(o *setupOptions) { o.cacheSize = 0 }) // replays come from the table
+
+	// The issue's attack: an account whose every free-form byte is '<'.
+	var meta []string
+	for i := range 50 {
+		meta = append(meta, fmt.Sprintf(`"k%02d":"%s"`, i, strings.Repeat("<", 500)))
+	}
+	big := `{"currency":"USD","description":"` + strings.Repeat("<", 1000) + `","metadata":{` + strings.Join(meta, ",") + `}}`
+	r := f.post("/v1/accounts", uuid.NewString(), big)
+	if r.status != http.StatusCreated || bytes.Contains(r.body, []byte(`\u003c`)) {
+		t.Fatalf("create account: %d, escaped: %v", r.status, bytes.Contains(r.body, []byte(`\u003c`)))
+	}
+	t.Logf("a %d-byte request of '<' made a %d-byte response (HTML-escaped it was %d)",
+		len(big), len(r.body), len(r.body)+5*strings.Count(string(r.body), "<"))
+	if len(r.body) > len(big)+1024 {
+		t.Errorf("a %d-byte request made a %d-byte response", len(big), len(r.body))
+	}
+
+	const text = `<b>&amp;</b> & "q" > 1`
+	const rendered = `"description":"<b>&amp;</b> & \"q\" > 1"`
+	accountKey := uuid.NewString()
+	account := f.post("/v1/accounts", accountKey, `{"currency":"USD","description":"`+strings.ReplaceAll(text, `"`, `\"`)+`"}`)
+	if account.status != http.StatusCreated || !bytes.Contains(account.body, []byte(rendered)) {
+		t.Fatalf("create account: %d %s; want %s in it", account.status, account.body, rendered)
+	}
+	acct := account.json(t)["id"].(string)
+	f.post("/v1/accounts/"+acct+"/deposits", uuid.NewString(), `{"amount":1000}`)
+	chargeKey := uuid.NewString()
+	chargeReq := `{"account_id":"` + acct + `","amount":10,"currency":"USD","description":"` + strings.ReplaceAll(text, `"`, `\"`) + `"}`
+	charge := f.post("/v1/charges", chargeKey, chargeReq)
+	if charge.status != http.StatusCreated || !bytes.Contains(charge.body, []byte(rendered)) {
+		t.Fatalf("charge: %d %s; want %s in it", charge.status, charge.body, rendered)
+	}
+	for _, c := range []struct {
+		path, key, body string
+		first           reply
+	}{
+		{"/v1/accounts", accountKey, `{"currency":"USD","description":"` + strings.ReplaceAll(text, `"`, `\"`) + `"}`, account},
+		{"/v1/charges", chargeKey, chargeReq, charge},
+	} {
+		if _, stored := f.storedResponse(c.key); !bytes.Equal(stored, c.first.body) {
+			t.Errorf("%s: stored %s, answered %s", c.path, stored, c.first.body)
+		}
+		again := f.post(c.path, c.key, c.body)
+		if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, c.first.body) {
+			t.Errorf("%s: replay %s, want byte for byte %s", c.path, again.body, c.first.body)
+		}
+	}
+	if got := f.get("/v1/charges/" + charge.json(t)["id"].(string)); !bytes.Contains(got.body, []byte(rendered)) {
+		t.Errorf("GET the charge: %s; want %s in it", got.body, rendered)
+	}
+
+	// A response stored HTML-escaped replays exactly as it was stored.
+	escaped := bytes.ReplaceAll(bytes.ReplaceAll(bytes.ReplaceAll(charge.body,
+		[]byte("&"), []byte(`\u0026`)), []byte("<"), []byte(`\u003c`)), []byte(">"), []byte(`\u003e`))
+	if _, err := f.db.Exec(context.Background(), `UPDATE idempotency_keys SET body = $3, body_encoding = NULL
+		WHERE merchant_id = $1 AND key = $2`, f.merchantID, chargeKey, escaped); err != nil {
+		t.Fatal(err)
+	}
+	if again := f.post("/v1/charges", chargeKey, chargeReq); !bytes.Equal(again.body, escaped) {
+		t.Errorf("replay of an escaped response: %s, want %s", again.body, escaped)
+	}
+	if f.charges() != 1 {
+		t.Errorf("%d charges, want 1", f.charges())
+	}
+}
