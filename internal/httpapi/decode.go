@@ -15,9 +15,10 @@ import (
 )
 
 // readPost checks everything about a POST that can be checked before its key is
-// claimed: the Idempotency-Key header, the content type, the size and the JSON
-// shape. It decodes the body strictly into dst and fingerprints the request. On
-// failure it has answered with a problem (never stored) and returns false.
+// claimed (after canonicalPost): the Idempotency-Key header, the content type,
+// the size and the JSON shape. It decodes the body strictly into dst and
+// fingerprints the request. On failure it has answered with a problem (never
+// stored) and returns false.
 func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idempotency.Request, bool) {
 	key, err := idempotency.ParseKey(r.Header)
 	if err != nil {
@@ -56,6 +57,24 @@ func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idem
 		Key:         key,
 		Fingerprint: idempotency.NewFingerprint(r.Method, r.URL.Path, canonical),
 	}, true
+}
+
+// canonicalPost refuses with 400, before routing and so before any key is
+// claimed, a POST whose path percent-encodes what needs no encoding
+// (/v1/accounts/%61cct_…, …%2Fdeposits). chi routes such a path by its raw
+// form, while the fingerprint covers the decoded one: the two would disagree.
+// Routing by the decoded form instead would make %2F a separator. No route or
+// id of this API needs encoding.
+func (s *Server) canonicalPost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// RawPath is set only when the path was sent encoded otherwise than Go would.
+		if r.Method == http.MethodPost && r.URL.RawPath != "" {
+			s.writeProblem(w, newProblem(probInvalidRequest,
+				"the path percent-encodes characters that need no encoding; send it as is (ids are plain ASCII)"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func tooLarge() problem {

@@ -83,3 +83,37 @@ func TestResponsesAreNotHTMLEscaped(t *testing.T) {
 		t.Errorf("%d charges, want 1", f.charges())
 	}
 }
+
+// TestPercentEncodedPathIsRefusedBeforeTheKey reproduces issue 13's lost
+// deposit: a path sent as /v1/accounts/%61cct_…/deposits was routed by its raw
+// form (no such account: a stored 404) but fingerprinted by its decoded form,
+// so the same deposit on the plain path replayed that 404. Such a path is now
+// a 400 that claims no key, and the plain path then deposits.
+func TestPercentEncodedPathIsRefusedBeforeTheKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(o *setupOptions) { o.cacheSize = 0 })
+	acct := f.account("USD", 0)
+	key := uuid.NewString()
+	for _, path := range []string{
+		"/v1/accounts/%61" + acct[1:] + "/deposits",
+		"/v1/accounts/" + acct + "%2Fdeposits",
+		"/v1/%61ccounts/" + acct + "/deposits",
+	} {
+		r := f.post(path, key, `{"amount":500}`)
+		if r.status != http.StatusBadRequest || r.code(t) != "invalid-request" {
+			t.Errorf("POST %s: %d %s, want 400 invalid-request", path, r.status, r.body)
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1 AND key = $2`, key); n != 0 {
+		t.Errorf("the refused requests claimed the key (%d rows)", n)
+	}
+	r := f.post("/v1/accounts/"+acct+"/deposits", key, `{"amount":500}`)
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" || f.balance(acct) != 500 {
+		t.Errorf("the plain path: %d %s, balance %d; want a new 201 and 500", r.status, r.body, f.balance(acct))
+	}
+	// A space is sent in its one canonical encoding, %20: routed and
+	// fingerprinted alike (no such account, stored as a 404).
+	if r := f.post("/v1/accounts/acct%20x/deposits", uuid.NewString(), `{"amount":500}`); r.status != http.StatusNotFound {
+		t.Errorf("POST with %%20: %d %s, want 404", r.status, r.body)
+	}
+}

@@ -74,7 +74,7 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	}
 	s := &Server{backend: backend, log: log, opts: opts}
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.accessLog, s.recoverer)
+	r.Use(s.requestID, s.accessLog, s.recoverer, s.canonicalPost)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeProblem(w, newProblem(probNotFound, "no route for "+r.Method+" "+r.URL.Path))
 	})
