@@ -118,8 +118,11 @@ func decodeStrict(body []byte, dst any) (problem, bool) {
 	case errors.As(err, &typeErr) && typeErr.Field == "":
 		p.Detail = "the request body must be a JSON object, got " + typeErr.Value
 	case errors.As(err, &typeErr):
-		p.Field = typeErr.Field
-		p.Detail = fmt.Sprintf("%s must be %s, got %s", typeErr.Field, describeType(typeErr.Type), typeErr.Value)
+		p.Field, p.Detail = typeErr.Field, fmt.Sprintf("%s must be %s, got %s", typeErr.Field, describeType(typeErr.Type), typeErr.Value)
+		if key, ok := mapMember(body, dst, typeErr); ok {
+			p.Field = typeErr.Field + "." + key
+			p.Detail = fmt.Sprintf("%s must be %s, got %s", p.Field, describeType(typeErr.Type), typeErr.Value)
+		}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		p.Field = name
@@ -152,6 +155,42 @@ func inexactMember(body []byte, dst any) (string, bool) {
 		}
 	}
 	return "", true
+}
+
+// mapMember names the member at fault when typeErr is about a value inside a
+// map field of dst (metadata): encoding/json names only the field. It reports
+// the first member, in document order, that does not decode.
+func mapMember(body []byte, dst any, typeErr *json.UnmarshalTypeError) (string, bool) {
+	t := reflect.TypeOf(dst).Elem()
+	var field reflect.Type
+	for i := range t.NumField() {
+		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == typeErr.Field {
+			field = t.Field(i).Type
+		}
+	}
+	if field == nil || field.Kind() != reflect.Map || field.Elem() != typeErr.Type {
+		return "", false
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(members[typeErr.Field]))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		key, isKey := tok.(string)
+		var value json.RawMessage
+		if err != nil || !isKey || dec.Decode(&value) != nil {
+			return "", false
+		}
+		if json.Unmarshal(value, reflect.New(typeErr.Type).Interface()) != nil {
+			return key, true
+		}
+	}
+	return "", false
 }
 
 func describeType(t reflect.Type) string {

@@ -117,3 +117,51 @@ func TestPercentEncodedPathIsRefusedBeforeTheKey(t *testing.T) {
 		t.Errorf("POST with %%20: %d %s, want 404", r.status, r.body)
 	}
 }
+
+// TestTwoAuthorizationHeadersAreRefused: with two Authorization headers the
+// first used to win; which one a client or proxy meant is a guess, so the
+// request is a 401 problem, whichever order the valid key comes in.
+func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, headers := range [][]string{
+		{"Bearer " + f.apiKey, "Bearer sk_other"},
+		{"Bearer sk_other", "Bearer " + f.apiKey},
+		{"Bearer " + f.apiKey, "Bearer " + f.apiKey},
+	} {
+		req := f.request(http.MethodPost, "/v1/accounts", uuid.NewString(), `{"currency":"USD"}`)
+		req.Header["Authorization"] = headers
+		r := f.do(req)
+		if r.status != http.StatusUnauthorized || r.code(t) != "unauthorized" || !strings.Contains(r.json(t)["detail"].(string), "exactly one") {
+			t.Errorf("%d Authorization headers: %d %s, want 401 unauthorized", len(headers), r.status, r.body)
+		}
+		get := f.request(http.MethodGet, "/v1/charges", "", "")
+		get.Header["Authorization"] = headers
+		if r := f.do(get); r.status != http.StatusUnauthorized {
+			t.Errorf("GET with two Authorization headers: %d %s, want 401", r.status, r.body)
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM accounts WHERE merchant_id = $1`); n != 0 {
+		t.Errorf("%d accounts created", n)
+	}
+}
+
+// TestNestedMetadataNamesTheMember: a metadata value that is not a string is
+// reported by its member, metadata.k, not as "metadata must be a string".
+func TestNestedMetadataNamesTheMember(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for body, want := range map[string]string{
+		`{"currency":"USD","metadata":{"k":{"x":1}}}`:          "metadata.k must be a string, got object",
+		`{"currency":"USD","metadata":{"a":"1","b.c":[2]}}`:    "metadata.b.c must be a string, got array",
+		`{"currency":"USD","metadata":{"a":"1","n":5,"o":{}}}`: "metadata.n must be a string, got number",
+		`{"currency":"USD","metadata":"flat"}`:                 "metadata must be an object of string values, got string",
+		`{"currency":"USD","metadata":{"<k>":{"x":1}}}`:        "metadata.<k> must be a string, got object",
+	} {
+		r := f.post("/v1/accounts", uuid.NewString(), body)
+		p := r.json(t)
+		if r.status != http.StatusBadRequest || p["detail"] != want || !strings.HasPrefix(want, p["field"].(string)+" ") {
+			t.Errorf("%s: %d %s, want 400 with detail %q", body, r.status, r.body, want)
+		}
+	}
+}

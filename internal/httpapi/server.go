@@ -194,6 +194,11 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		const prefix = "Bearer "
+		if len(r.Header.Values("Authorization")) > 1 {
+			// Which one would count is a guess; a proxy may have added one.
+			s.fail(w, r, fmt.Errorf("%w: send exactly one Authorization header", payment.ErrUnauthenticated))
+			return
+		}
 		auth := r.Header.Get("Authorization")
 		if len(auth) <= len(prefix) || !equalFold(auth[:len(prefix)], prefix) {
 			s.fail(w, r, fmt.Errorf("%w: send the API key as Authorization: Bearer <api key>", payment.ErrUnauthenticated))
