@@ -36,7 +36,7 @@ type entry struct {
 // and slices' headers, rounded up.
 const EntryOverhead = 320
 
-// MaxEntryShare: a response larger than 1/MaxEntryShare of the byte budget
+// MaxEntryShare bounds an entry: a response over 1/MaxEntryShare of the byte budget
 // skips the cache, so one large response cannot evict hundreds of small ones.
 const MaxEntryShare = 256
 
