@@ -37,11 +37,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	defer store.Close()
 	m.Pool(store.Pool())
 	m.Backlog(store.Backlog)
-	guard := idempotency.NewGuard(cfg.CacheSize, cfg.IdempotencyTTL, cfg.IdempotencyWait)
+	guard := idempotency.NewGuard(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
 	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
 		func() float64 { h, _ := guard.Cache().Stats(); return float64(h) })
 	m.GaugeFunc("payments_idempotency_cache_entries", "Completed responses held in the cache.",
 		func() float64 { return float64(guard.Cache().Len()) })
+	m.GaugeFunc("payments_idempotency_cache_bytes", "Bytes the cached responses are counted for (IDEMPOTENCY_CACHE_BYTES bounds them).",
+		func() float64 { return float64(guard.Cache().Bytes()) })
+	m.GaugeFunc("payments_idempotency_cache_max_bytes", "The cache's byte bound, IDEMPOTENCY_CACHE_BYTES.",
+		func() float64 { return float64(cfg.CacheBytes) })
 	m.GaugeFunc("payments_idempotency_keys_in_flight", "Keys executing in this process (coalescing leaders).",
 		func() float64 { return float64(guard.InFlight()) })
 	if err := store.Ping(ctx); err != nil {

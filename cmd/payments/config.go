@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,6 +29,7 @@ type config struct {
 	RelayPoll       time.Duration
 	EventRetention  time.Duration
 	CacheSize       int
+	CacheBytes      int64
 	JanitorInterval time.Duration
 	JanitorBatch    int
 	MigrateWait     time.Duration
@@ -58,6 +60,8 @@ func (c *config) settings() []setting {
 				c.CacheSize = n
 				return nil
 			}},
+		{"IDEMPOTENCY_CACHE_BYTES", "idempotency-cache-bytes", "64MiB", "most memory the replay cache holds, in bytes (KiB, MiB, GiB suffixes; 0 disables)",
+			func(v string) (err error) { c.CacheBytes, err = parseBytes(v); return err }},
 		{"JANITOR_INTERVAL", "janitor-interval", "1m", "how often expired idempotency keys are deleted",
 			durationInto(&c.JanitorInterval)},
 		{"JANITOR_BATCH", "janitor-batch", "1000", "most expired keys deleted per transaction",
@@ -134,7 +138,63 @@ func loadConfig(name string, args []string, getenv func(string) string, stderr i
 			return config{}, fmt.Errorf("invalid %s: %w", source, err)
 		}
 	}
+	source := func(env string) string {
+		for _, s := range settings {
+			if s.env == env && fromFlag[s.flag] {
+				return "--" + s.flag
+			}
+		}
+		return env
+	}
+	if err := c.check(source); err != nil {
+		return config{}, err
+	}
 	return c, nil
+}
+
+// Bounds on settings that would otherwise break the idempotency guarantee or
+// starve the service. README's configuration table repeats them.
+const (
+	// minKeyTTL: a key must outlive every retry of its request. Clients retry
+	// for minutes (Stripe keeps keys 24 h), and a request lasts at most
+	// seconds (maxKeyWait, the server's 30 s write timeout): an hour is
+	// orders of magnitude beyond both.
+	minKeyTTL = time.Hour
+	// maxKeyWait: a waiting retry holds a connection and its HTTP request;
+	// past 20 s it would outlast the server's 30 s write timeout together
+	// with its own work, and the client would get a cut connection, not 409.
+	maxKeyWait = 20 * time.Second
+	// minJanitorInterval: a sweep is a database transaction; more often is a
+	// busy loop. maxJanitorBatch: one batch is one DELETE holding its rows'
+	// locks; larger ones stall live traffic.
+	minJanitorInterval = time.Second
+	maxJanitorBatch    = 100_000
+)
+
+// check refuses values that are valid alone but break the guarantee, alone or
+// together. name gives the variable (or flag) to blame.
+func (c config) check(name func(env string) string) error {
+	fail := func(env, format string, args ...any) error {
+		return fmt.Errorf("invalid %s: "+format, append([]any{name(env)}, args...)...)
+	}
+	switch {
+	case c.IdempotencyTTL < minKeyTTL:
+		return fail("IDEMPOTENCY_TTL", "%s is below the floor of %s: a key must outlive every retry of its request", c.IdempotencyTTL, minKeyTTL)
+	case c.IdempotencyWait < time.Millisecond:
+		// lock_timeout is set in whole milliseconds, and 0 means wait forever.
+		return fail("IDEMPOTENCY_WAIT", "%s rounds to 0 ms, which PostgreSQL's lock_timeout takes as no bound at all; want at least 1ms", c.IdempotencyWait)
+	case c.IdempotencyWait > maxKeyWait:
+		return fail("IDEMPOTENCY_WAIT", "%s is above the cap of %s: a waiting retry holds a connection and must answer 409 before the server's 30s write timeout", c.IdempotencyWait, maxKeyWait)
+	case c.JanitorInterval < minJanitorInterval:
+		return fail("JANITOR_INTERVAL", "%s is below %s: each sweep is a database transaction", c.JanitorInterval, minJanitorInterval)
+	case c.JanitorInterval > c.IdempotencyTTL:
+		return fail("JANITOR_INTERVAL", "%s exceeds IDEMPOTENCY_TTL (%s): expired keys would pile up for longer than keys are kept", c.JanitorInterval, c.IdempotencyTTL)
+	case c.JanitorBatch > maxJanitorBatch:
+		return fail("JANITOR_BATCH", "%d is above %d: one batch is one DELETE, and a larger one stalls live traffic", c.JanitorBatch, maxJanitorBatch)
+	case c.ChargeBatches >= int(c.DBMaxConns):
+		return fail("CHARGE_BATCHES", "%d leaves no connection of DB_MAX_CONNS (%d) for other requests: each charge batch holds one; want fewer than DB_MAX_CONNS", c.ChargeBatches, c.DBMaxConns)
+	}
+	return nil
 }
 
 func nonEmpty(v string) error {
@@ -153,6 +213,21 @@ func positiveInt(n *int) func(string) error {
 		*n = parsed
 		return nil
 	}
+}
+
+// parseBytes reads a size such as 1048576, 512KiB, 64MiB or 1GiB.
+func parseBytes(v string) (int64, error) {
+	digits, unit := v, int64(1)
+	for suffix, size := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if d, ok := strings.CutSuffix(v, suffix); ok {
+			digits, unit = d, size
+		}
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/unit {
+		return 0, fmt.Errorf("want a size in bytes such as 67108864 or 64MiB (at most 1TiB), got %q", v)
+	}
+	return n * unit, nil
 }
 
 func durationInto(d *time.Duration) func(string) error {

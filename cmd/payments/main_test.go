@@ -227,6 +227,56 @@ func TestBadConfigurationNamesTheVariable(t *testing.T) {
 	}
 }
 
+// TestSettingsThatBreakTheGuaranteeAreRefused: values that parse but would
+// break the idempotency guarantee, alone or together, stop the service at
+// start with a message naming the variable.
+func TestSettingsThatBreakTheGuaranteeAreRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"ttl below the floor", map[string]string{"IDEMPOTENCY_TTL": "2s"}, nil, "invalid IDEMPOTENCY_TTL: 2s is below the floor of 1h0m0s"},
+		{"ttl just below the floor", map[string]string{"IDEMPOTENCY_TTL": "59m59s"}, nil, "invalid IDEMPOTENCY_TTL"},
+		{"ttl flag", nil, []string{"--idempotency-ttl", "10m"}, "invalid --idempotency-ttl"},
+		{"wait rounds to 0 ms", map[string]string{"IDEMPOTENCY_WAIT": "900us"}, nil, "invalid IDEMPOTENCY_WAIT: 900µs rounds to 0 ms"},
+		{"wait too long", map[string]string{"IDEMPOTENCY_WAIT": "21s"}, nil, "invalid IDEMPOTENCY_WAIT: 21s is above the cap of 20s"},
+		{"janitor too often", map[string]string{"JANITOR_INTERVAL": "10ms"}, nil, "invalid JANITOR_INTERVAL"},
+		{"janitor slower than the ttl", map[string]string{"IDEMPOTENCY_TTL": "2h", "JANITOR_INTERVAL": "3h"}, nil, "invalid JANITOR_INTERVAL: 3h0m0s exceeds IDEMPOTENCY_TTL"},
+		{"janitor batch too large", map[string]string{"JANITOR_BATCH": "1000000"}, nil, "invalid JANITOR_BATCH"},
+		{"batches take every connection", map[string]string{"CHARGE_BATCHES": "4", "DB_MAX_CONNS": "4"}, nil, "invalid CHARGE_BATCHES: 4 leaves no connection of DB_MAX_CONNS (4)"},
+		{"batches beyond the pool", map[string]string{"CHARGE_BATCHES": "30"}, nil, "invalid CHARGE_BATCHES"},
+		{"cache bytes malformed", map[string]string{"IDEMPOTENCY_CACHE_BYTES": "64MB"}, nil, "invalid IDEMPOTENCY_CACHE_BYTES"},
+		{"cache bytes negative", map[string]string{"IDEMPOTENCY_CACHE_BYTES": "-1"}, nil, "invalid IDEMPOTENCY_CACHE_BYTES"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			err := run(context.Background(), append([]string{"serve"}, tc.args...), envOf(env), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+
+	// The boundaries themselves, and the defaults, are accepted.
+	ok := map[string]string{"IDEMPOTENCY_TTL": "1h", "IDEMPOTENCY_WAIT": "1ms", "JANITOR_INTERVAL": "1h",
+		"JANITOR_BATCH": "100000", "CHARGE_BATCHES": "19", "IDEMPOTENCY_CACHE_BYTES": "0"}
+	for _, env := range []map[string]string{nil, ok, {"IDEMPOTENCY_WAIT": "20s", "IDEMPOTENCY_CACHE_BYTES": "1GiB"}} {
+		cfg, err := loadConfig("serve", nil, envOf(env), io.Discard)
+		if err != nil {
+			t.Errorf("loadConfig(%v) = %v", env, err)
+		}
+		if env == nil && (cfg.CacheBytes != 64<<20 || cfg.IdempotencyTTL != 24*time.Hour) {
+			t.Errorf("defaults: cache bytes %d, TTL %s", cfg.CacheBytes, cfg.IdempotencyTTL)
+		}
+	}
+}
+
 // TestMigrateCreatesMissingDatabase: a newcomer without psql gets the database
 // created by "migrate up".
 func TestMigrateCreatesMissingDatabase(t *testing.T) {

@@ -15,9 +15,10 @@ import (
 )
 
 // readPost checks everything about a POST that can be checked before its key is
-// claimed: the Idempotency-Key header, the content type, the size and the JSON
-// shape. It decodes the body strictly into dst and fingerprints the request. On
-// failure it has answered with a problem (never stored) and returns false.
+// claimed (after canonicalPost): the Idempotency-Key header, the content type,
+// the size and the JSON shape. It decodes the body strictly into dst and
+// fingerprints the request. On failure it has answered with a problem (never
+// stored) and returns false.
 func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idempotency.Request, bool) {
 	key, err := idempotency.ParseKey(r.Header)
 	if err != nil {
@@ -56,6 +57,24 @@ func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idem
 		Key:         key,
 		Fingerprint: idempotency.NewFingerprint(r.Method, r.URL.Path, canonical),
 	}, true
+}
+
+// canonicalPost refuses with 400, before routing and so before any key is
+// claimed, a POST whose path percent-encodes what needs no encoding
+// (/v1/accounts/%61cct_…, …%2Fdeposits). chi routes such a path by its raw
+// form, while the fingerprint covers the decoded one: the two would disagree.
+// Routing by the decoded form instead would make %2F a separator. No route or
+// id of this API needs encoding.
+func (s *Server) canonicalPost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// RawPath is set only when the path was sent encoded otherwise than Go would.
+		if r.Method == http.MethodPost && r.URL.RawPath != "" {
+			s.writeProblem(w, newProblem(probInvalidRequest,
+				"the path percent-encodes characters that need no encoding; send it as is (ids are plain ASCII)"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func tooLarge() problem {
@@ -99,8 +118,11 @@ func decodeStrict(body []byte, dst any) (problem, bool) {
 	case errors.As(err, &typeErr) && typeErr.Field == "":
 		p.Detail = "the request body must be a JSON object, got " + typeErr.Value
 	case errors.As(err, &typeErr):
-		p.Field = typeErr.Field
-		p.Detail = fmt.Sprintf("%s must be %s, got %s", typeErr.Field, describeType(typeErr.Type), typeErr.Value)
+		p.Field, p.Detail = typeErr.Field, fmt.Sprintf("%s must be %s, got %s", typeErr.Field, describeType(typeErr.Type), typeErr.Value)
+		if key, ok := mapMember(body, dst, typeErr); ok {
+			p.Field = typeErr.Field + "." + key
+			p.Detail = fmt.Sprintf("%s must be %s, got %s", p.Field, describeType(typeErr.Type), typeErr.Value)
+		}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		p.Field = name
@@ -133,6 +155,42 @@ func inexactMember(body []byte, dst any) (string, bool) {
 		}
 	}
 	return "", true
+}
+
+// mapMember names the member at fault when typeErr is about a value inside a
+// map field of dst (metadata): encoding/json names only the field. It reports
+// the first member, in document order, that does not decode.
+func mapMember(body []byte, dst any, typeErr *json.UnmarshalTypeError) (string, bool) {
+	t := reflect.TypeOf(dst).Elem()
+	var field reflect.Type
+	for i := range t.NumField() {
+		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == typeErr.Field {
+			field = t.Field(i).Type
+		}
+	}
+	if field == nil || field.Kind() != reflect.Map || field.Elem() != typeErr.Type {
+		return "", false
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(members[typeErr.Field]))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		key, isKey := tok.(string)
+		var value json.RawMessage
+		if err != nil || !isKey || dec.Decode(&value) != nil {
+			return "", false
+		}
+		if json.Unmarshal(value, reflect.New(typeErr.Type).Interface()) != nil {
+			return key, true
+		}
+	}
+	return "", false
 }
 
 func describeType(t reflect.Type) string {

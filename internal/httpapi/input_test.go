@@ -62,7 +62,8 @@ func TestBadInputIsRefusedBeforeTheKeyIsClaimed(t *testing.T) {
 		{"description too long", "", "application/json", withField(`"description":"` + strings.Repeat("d", 1001) + `"`), 400, "invalid-request", "description"},
 		{"NUL in description", "", "application/json", withField(`"description":"a\u0000b"`), 400, "invalid-request", "description"},
 		{"NUL in metadata", "", "application/json", withField(`"metadata":{"k":"\u0000"}`), 400, "invalid-request", "metadata"},
-		{"metadata not strings", "", "application/json", withField(`"metadata":{"a":1}`), 400, "invalid-request", ""},
+		{"metadata not strings", "", "application/json", withField(`"metadata":{"a":1}`), 400, "invalid-request", "metadata.a"},
+		{"metadata nested object", "", "application/json", withField(`"metadata":{"ok":"v","k":{"x":"y"},"z":[1]}`), 400, "invalid-request", "metadata.k"},
 		{"invalid UTF-8", "", "application/json", "{\"account_id\":\"\xff\"}", 400, "invalid-request", ""},
 	}
 	for _, tc := range cases {

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -122,6 +121,6 @@ func problemFromError(p problemType, err error) problem {
 }
 
 func (p problem) response() response {
-	body, _ := json.Marshal(p) // plain strings and ints: cannot fail
-	return response{Status: p.Status, Body: append(body, '\n')}
+	r, _ := jsonResponse(p.Status, "", p) // plain strings and ints: cannot fail
+	return r
 }

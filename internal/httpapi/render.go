@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
@@ -11,14 +12,18 @@ import (
 // the idempotency key and replayed.
 type response = idempotency.Response
 
-// jsonResponse renders v as the response body. The encoding is deterministic
-// (struct order, sorted map keys), so equal objects give equal bytes.
+// jsonResponse renders v as the response body, ending in a newline. The
+// encoding is deterministic (struct order, sorted map keys), so equal objects
+// give equal bytes, and <, > and & are not escaped (json.Marshal would make
+// each six bytes). Stored responses replay as they were stored.
 func jsonResponse(status int, location string, v any) (response, error) {
-	body, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return response{}, err
 	}
-	return response{Status: status, Location: location, Body: append(body, '\n')}, nil
+	return response{Status: status, Location: location, Body: buf.Bytes()}, nil
 }
 
 func created(location string, v any) (response, error) {

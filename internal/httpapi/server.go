@@ -67,14 +67,14 @@ type Server struct {
 // New returns the API's HTTP handler.
 func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	if opts.Guard == nil {
-		opts.Guard = idempotency.NewGuard(0, 0, 0)
+		opts.Guard = idempotency.NewGuard(0, 0, 0, 0)
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
 	}
 	s := &Server{backend: backend, log: log, opts: opts}
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.accessLog, s.recoverer)
+	r.Use(s.requestID, s.accessLog, s.recoverer, s.canonicalPost)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeProblem(w, newProblem(probNotFound, "no route for "+r.Method+" "+r.URL.Path))
 	})
@@ -194,6 +194,11 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		const prefix = "Bearer "
+		if len(r.Header.Values("Authorization")) > 1 {
+			// Which one would count is a guess; a proxy may have added one.
+			s.fail(w, r, fmt.Errorf("%w: send exactly one Authorization header", payment.ErrUnauthenticated))
+			return
+		}
 		auth := r.Header.Get("Authorization")
 		if len(auth) <= len(prefix) || !equalFold(auth[:len(prefix)], prefix) {
 			s.fail(w, r, fmt.Errorf("%w: send the API key as Authorization: Bearer <api key>", payment.ErrUnauthenticated))

@@ -67,7 +67,7 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	guard := idempotency.NewGuard(o.cacheSize, 24*time.Hour, o.keyWait)
+	guard := idempotency.NewGuard(o.cacheSize, 64<<20, 24*time.Hour, o.keyWait)
 	srv := httptest.NewServer(httpapi.New(store, log, httpapi.Options{
 		Spec: []byte("openapi: 3.1.0\n"), Guard: guard,
 	}))

@@ -47,8 +47,8 @@ type Response struct {
 type Result struct {
 	Response
 	Replayed bool
-	// StoredAt is when the key was claimed, by the database's clock; the key
-	// expires StoredAt plus the retention.
+	// StoredAt is when the response was stored under the key, by the
+	// database's clock; the key expires StoredAt plus the retention.
 	StoredAt time.Time
 }
 

@@ -13,11 +13,12 @@ type Guard struct {
 	coalescer Coalescer
 }
 
-// NewGuard returns a guard with a cache of at most cacheSize responses of keys
-// kept for ttl (0 disables the cache), whose coalesced requests wait at most
-// wait for the one executing their key (0: as long as it runs).
-func NewGuard(cacheSize int, ttl, wait time.Duration) *Guard {
-	return &Guard{cache: NewCache(cacheSize, ttl), coalescer: Coalescer{Wait: wait}}
+// NewGuard returns a guard with a cache of at most cacheSize responses and
+// cacheBytes bytes of keys kept for ttl (0 disables the cache), whose
+// coalesced requests wait at most wait for the one executing their key (0: as
+// long as it runs).
+func NewGuard(cacheSize int, cacheBytes int64, ttl, wait time.Duration) *Guard {
+	return &Guard{cache: NewCache(cacheSize, cacheBytes, ttl), coalescer: Coalescer{Wait: wait}}
 }
 
 // Do answers req, calling exec (the store) at most once for all the

@@ -1,8 +1,11 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -209,7 +212,7 @@ func TestCoalescerKeysAreIndependent(t *testing.T) {
 
 func TestCache(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	c := NewCache(2, 24*time.Hour)
+	c := NewCache(2, 64<<20, 24*time.Hour)
 	c.now = func() time.Time { return now }
 	alice, bob := uuid.New(), uuid.New()
 	resp := Response{Status: 201, Location: "/v1/charges/ch_1", Body: []byte(`{"id":"ch_1"}`)}
@@ -262,7 +265,7 @@ func TestCache(t *testing.T) {
 // answers its retries from the cache without executing again, and refuses a
 // different request under the key; a failed execution is not remembered.
 func TestGuardReplaysFromTheCache(t *testing.T) {
-	g := NewGuard(10, 24*time.Hour, 0)
+	g := NewGuard(10, 64<<20, 24*time.Hour, 0)
 	merchant := uuid.New()
 	var executions atomic.Int32
 	fail := errors.New("database gone")
@@ -307,7 +310,7 @@ func TestGuardReplaysFromTheCache(t *testing.T) {
 }
 
 func TestDisabledCache(t *testing.T) {
-	c := NewCache(0, time.Hour)
+	c := NewCache(0, 64<<20, time.Hour)
 	c.Add(request(uuid.New(), "k", 1), Response{Status: 201}, time.Now())
 	if c.Len() != 0 {
 		t.Error("a disabled cache stored an entry")
@@ -327,5 +330,53 @@ func waitForFollowers(c *Coalescer, n int) {
 			return
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCacheIsBoundedInBytes offers a cache of 1 MiB thirty times that in
+// large responses: it keeps at most its budget, counted honestly (the heap
+// it holds, measured), skips a response over its share, and a disabled
+// budget caches nothing.
+func TestCacheIsBoundedInBytes(t *testing.T) {
+	const budget = 1 << 20
+	now := time.Now()
+	merchant := uuid.New()
+	body := bytes.Repeat([]byte("<&>"), 1024) // 3 KiB, under the 4 KiB share of 1 MiB
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := NewCache(1_000_000, budget, 24*time.Hour)
+	for i := range 10_000 {
+		c.Add(request(merchant, fmt.Sprintf("key-%05d", i), 1), Response{Status: 201, Body: body}, now)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	perEntry := int64(len("key-00000")+len(body)) + EntryOverhead
+	t.Logf("10,000 responses of %d bytes offered: %d kept, %d bytes counted, heap grew %d bytes", len(body), c.Len(), c.Bytes(), held)
+	if c.Bytes() > budget || c.Bytes() != int64(c.Len())*perEntry || c.Len() != budget/int(perEntry) {
+		t.Errorf("%d entries counted as %d bytes; want %d entries of %d bytes within %d", c.Len(), c.Bytes(), budget/perEntry, perEntry, budget)
+	}
+	if held > budget*5/4 {
+		t.Errorf("the cache holds %d bytes of heap, more than its %d-byte budget allows", held, budget)
+	}
+	if _, _, ok := c.Lookup(request(merchant, "key-09999", 1)); !ok {
+		t.Error("the newest entry was not kept")
+	}
+	if _, _, ok := c.Lookup(request(merchant, "key-00000", 1)); ok {
+		t.Error("the oldest entry was kept past the budget")
+	}
+
+	large := Response{Status: 201, Body: bytes.Repeat([]byte("x"), budget/MaxEntryShare)}
+	c.Add(request(merchant, "large", 1), large, now)
+	if _, _, ok := c.Lookup(request(merchant, "large", 1)); ok {
+		t.Error("a response over the entry share was cached")
+	}
+	runtime.KeepAlive(c)
+
+	off := NewCache(10, 0, time.Hour)
+	off.Add(request(merchant, "k", 1), Response{Status: 201}, now)
+	if off.Len() != 0 {
+		t.Error("a cache with no byte budget stored an entry")
 	}
 }

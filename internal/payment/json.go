@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 )
@@ -9,6 +10,19 @@ import (
 // answers with them and events carry them in their data member. The encoding is
 // deterministic (fixed member order, sorted metadata keys), so equal objects
 // give equal bytes.
+
+// marshal is json.Marshal without HTML escaping: json.Marshal writes each <, >
+// and & as six bytes (\u003c), which nothing here needs, as responses are never
+// embedded in HTML. The encoding stays deterministic.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
 
 // timestamp renders times as RFC 3339 in UTC with microseconds, the precision
 // PostgreSQL keeps, so a stored response and a later read agree.
@@ -20,7 +34,7 @@ func (t timestamp) MarshalJSON() ([]byte, error) {
 
 // MarshalJSON renders the account as the API shows it.
 func (a Account) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	return marshal(struct {
 		ID          string            `json:"id"`
 		Object      string            `json:"object"`
 		Currency    string            `json:"currency"`
@@ -33,7 +47,7 @@ func (a Account) MarshalJSON() ([]byte, error) {
 
 // MarshalJSON renders the deposit as the API shows it.
 func (d Deposit) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	return marshal(struct {
 		ID        string    `json:"id"`
 		Object    string    `json:"object"`
 		AccountID string    `json:"account_id"`
@@ -49,7 +63,7 @@ func (c Charge) MarshalJSON() ([]byte, error) {
 	if c.FailureCode != "" {
 		failureCode = &c.FailureCode
 	}
-	return json.Marshal(struct {
+	return marshal(struct {
 		ID             string            `json:"id"`
 		Object         string            `json:"object"`
 		AccountID      string            `json:"account_id"`
@@ -67,7 +81,7 @@ func (c Charge) MarshalJSON() ([]byte, error) {
 
 // MarshalJSON renders the refund as the API shows it.
 func (r Refund) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	return marshal(struct {
 		ID        string    `json:"id"`
 		Object    string    `json:"object"`
 		ChargeID  string    `json:"charge_id"`
@@ -81,7 +95,7 @@ func (r Refund) MarshalJSON() ([]byte, error) {
 
 // MarshalJSON renders the event as the API and the broker show it.
 func (e Event) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	return marshal(struct {
 		ID        string          `json:"id"`
 		Object    string          `json:"object"`
 		Type      string          `json:"type"`
@@ -96,7 +110,7 @@ func (p Page[T]) MarshalJSON() ([]byte, error) {
 	if items == nil {
 		items = []T{}
 	}
-	return json.Marshal(struct {
+	return marshal(struct {
 		Object  string `json:"object"`
 		Data    []T    `json:"data"`
 		HasMore bool   `json:"has_more"`

@@ -37,7 +37,8 @@ import (
 //     statement over arrays, and COMMIT.
 //
 // The clock is the database's: every row and every rendered created_at of a
-// batch is the transaction's now().
+// batch is the transaction's now(), except the key rows' created_at, which
+// starts their retention when the responses are stored.
 //
 // Lock order, everywhere in the service: an idempotency key's advisory lock
 // (the only lock anything waits for while holding none), then accounts in
@@ -175,7 +176,9 @@ WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at < now() - $3::inte
 
 	// writeChargesSQL records a batch's decisions: the debits, the charges
 	// (succeeded and failed) and their events in the members' order, and every
-	// decided key with its response.
+	// decided key with its response. A key's retention counts from now, when
+	// its response is stored, not from the transaction's start (which locks
+	// may have delayed); it returns that time.
 	writeChargesSQL = `
 WITH debit AS (
     UPDATE accounts a SET balance = a.balance - d.amount
@@ -192,9 +195,13 @@ WITH debit AS (
     SELECT m, id, 'charge', aggregate, type, payload
     FROM unnest($4::uuid[], $13::uuid[], $5::uuid[], $14::text[], $15::jsonb[]) WITH ORDINALITY AS e(m, id, aggregate, type, payload, i)
     ORDER BY i
+), stored AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), keyrow AS (
+    INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)
+    SELECT k.*, stored.at FROM unnest($16::uuid[], $17::text[], $18::bytea[], $19::smallint[], $20::text[], $21::bytea[], $22::text[]) AS k, stored
 )
-INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding)
-SELECT * FROM unnest($16::uuid[], $17::text[], $18::bytea[], $19::smallint[], $20::text[], $21::bytea[], $22::text[])`
+SELECT at FROM stored`
 )
 
 // chargeTx runs one batch in one transaction (see the top of this file). With
@@ -240,6 +247,7 @@ func (s *Store) chargeTx(ctx context.Context, reqs []ChargeRequest, wait bool) (
 
 	// Decide, member by member.
 	answers = make([]chargeAnswer, n)
+	decided := make([]bool, n) // answered by this batch's execution, not a stored row
 	var w chargeWrites
 	first := make(map[idempotency.Request]int, n) // by (merchant, key): the member that executed it
 	for i, r := range reqs {
@@ -251,8 +259,10 @@ func (s *Store) chargeTx(ctx context.Context, reqs []ChargeRequest, wait bool) (
 			answers[i].res, answers[i].err = replayStored(r.Key, stored[i])
 		case seen:
 			answers[i].sameKeyAs = j + 1
+			decided[i] = true
 		default:
 			first[id] = i
+			decided[i] = true
 			if stored[i].found {
 				w.deleteExpired(r.Key)
 			}
@@ -274,10 +284,38 @@ func (s *Store) chargeTx(ctx context.Context, reqs []ChargeRequest, wait bool) (
 		b.Queue(s.chargeSQL.write, w.args()...)
 	}
 	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	storedAt, err := writeAndCommit(conn.SendBatch(ctx, b), len(w.expiredMerchants) > 0, len(w.keyMerchants) > 0)
+	if err != nil {
 		return nil, 0, fmt.Errorf("write charges: %w", err)
 	}
+	for i := range answers {
+		if decided[i] && answers[i].err == nil {
+			answers[i].res.StoredAt = storedAt
+		}
+	}
 	return answers, len(w.eventIDs), nil
+}
+
+// writeAndCommit reads the answers of round trip 2: the time the keys'
+// responses were stored, if any were.
+func writeAndCommit(br pgx.BatchResults, deleted, wrote bool) (storedAt time.Time, err error) {
+	defer func() {
+		if closeErr := br.Close(); err == nil {
+			err = closeErr
+		}
+	}()
+	if deleted {
+		if _, err := br.Exec(); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if wrote {
+		if err := br.QueryRow().Scan(&storedAt); err != nil {
+			return time.Time{}, err
+		}
+	}
+	_, err = br.Exec()
+	return storedAt, err
 }
 
 // chargeStatements are the statements of chargeTx that a benchmark replaces
@@ -453,7 +491,7 @@ func (w *chargeWrites) decide(r ChargeRequest, accounts map[accountKey]*payment.
 		}
 	}
 	w.addKey(r.Key, resp)
-	return idempotency.Result{Response: resp, StoredAt: now}, nil
+	return idempotency.Result{Response: resp}, nil
 }
 
 func (w *chargeWrites) debit(ak accountKey, amount int64) {

@@ -49,8 +49,8 @@ func (s *Store) WithoutKeys() error {
 	if st.lockAccounts, err = replace(lockAccountsSQL, `WHERE NOT EXISTS (`, `WHERE $4::interval IS NOT NULL OR NOT EXISTS (`); err != nil {
 		return err
 	}
-	if st.write, err = replace(writeChargesSQL, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding)
-SELECT * FROM unnest(`, `SELECT count(*) FROM unnest(`); err != nil {
+	if st.write, err = replace(writeChargesSQL, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)
+    SELECT k.*, stored.at FROM unnest(`, `SELECT count(*) FROM unnest(`); err != nil {
 		return err
 	}
 	s.chargeSQL = st

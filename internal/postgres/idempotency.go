@@ -31,7 +31,7 @@ WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2
 INSERT INTO idempotency_keys (merchant_id, key, fingerprint)
 SELECT $1::uuid, $2, $3 FROM lock
 ON CONFLICT (merchant_id, key) DO NOTHING
-RETURNING created_at`
+RETURNING true`
 
 	lookupKeySQL = `
 SELECT fingerprint, status, coalesce(location, ''), body, body_encoding, created_at, created_at < now() - $3::interval
@@ -42,10 +42,14 @@ WHERE merchant_id = $1 AND key = $2`
 DELETE FROM idempotency_keys
 WHERE merchant_id = $1 AND key = $2 AND created_at < now() - $3::interval`
 
+	// storeResponseSQL stores the response and starts the key's retention:
+	// counted from the claim, a request slower than the retention would
+	// commit a key already expired, and its retry would execute again.
 	storeResponseSQL = `
 UPDATE idempotency_keys
-SET status = $3, location = nullif($4, ''), body = $5, body_encoding = $6
-WHERE merchant_id = $1 AND key = $2`
+SET status = $3, location = nullif($4, ''), body = $5, body_encoding = $6, created_at = clock_timestamp()
+WHERE merchant_id = $1 AND key = $2
+RETURNING created_at`
 )
 
 // Idempotent executes op at most once per (merchant, key). In one transaction it
@@ -75,13 +79,12 @@ func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op 
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// Twice at most: a key found expired is deleted and claimed afresh.
 		for range 2 {
-			claimed, storedAt, err := claimKey(ctx, tx, req)
+			claimed, err := claimKey(ctx, tx, req)
 			if err != nil {
 				return err
 			}
 			if claimed {
 				res, events, err = execute(ctx, tx, req, op)
-				res.StoredAt = storedAt
 				return err
 			}
 			var found bool
@@ -97,8 +100,9 @@ func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op 
 	return res, err
 }
 
-// execute runs op for a freshly claimed key and stores its response. It
-// reports how many events op wrote.
+// execute runs op for a freshly claimed key and stores its response, which
+// starts the key's retention (Result.StoredAt). It reports how many events op
+// wrote.
 func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op Operation) (idempotency.Result, int, error) {
 	l := &ledger{q: tx}
 	resp, err := op(ctx, l)
@@ -106,10 +110,11 @@ func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op Operati
 		return idempotency.Result{}, 0, err
 	}
 	body, encoding := encodeBody(resp.Body)
-	if _, err := tx.Exec(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, body, encoding); err != nil {
+	var storedAt time.Time
+	if err := tx.QueryRow(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, body, encoding).Scan(&storedAt); err != nil {
 		return idempotency.Result{}, 0, fmt.Errorf("store response: %w", err)
 	}
-	return idempotency.Result{Response: resp}, l.events, nil
+	return idempotency.Result{Response: resp, StoredAt: storedAt}, l.events, nil
 }
 
 // replay answers req from the response stored under its key. It reports
@@ -153,22 +158,21 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) 
 	return res, true, err
 }
 
-// claimKey inserts the key row and returns its creation time. If a committed
-// row exists it reports false; if an uncommitted one exists, PostgreSQL makes
-// the insert wait for that transaction (bounded by lock_timeout) and then
-// decides.
-func claimKey(ctx context.Context, tx pgx.Tx, req idempotency.Request) (bool, time.Time, error) {
-	var createdAt time.Time
-	err := tx.QueryRow(ctx, claimKeySQL, req.MerchantID, req.Key, req.Fingerprint[:]).Scan(&createdAt)
+// claimKey inserts the key row. If a committed row exists it reports false;
+// if an uncommitted one exists, PostgreSQL makes the insert wait for that
+// transaction (bounded by lock_timeout) and then decides.
+func claimKey(ctx context.Context, tx pgx.Tx, req idempotency.Request) (bool, error) {
+	var claimed bool
+	err := tx.QueryRow(ctx, claimKeySQL, req.MerchantID, req.Key, req.Fingerprint[:]).Scan(&claimed)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, time.Time{}, nil
+		return false, nil
 	case hasCode(err, codeLockNotAvailable):
-		return false, time.Time{}, idempotency.ErrKeyInUse
+		return false, idempotency.ErrKeyInUse
 	case err != nil:
-		return false, time.Time{}, fmt.Errorf("claim key: %w", err)
+		return false, fmt.Errorf("claim key: %w", err)
 	}
-	return true, createdAt, nil
+	return true, nil
 }
 
 // janitorLockKey is the advisory lock that lets one janitor run at a time.

@@ -93,7 +93,8 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	cfg.MaxConns = opts.MaxConns
 	// lock_timeout bounds every lock wait, above all the wait of a duplicate
 	// request on the idempotency key's unique index behind an in-flight twin.
-	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(opts.KeyWait.Milliseconds(), 10)
+	// Rounded up: a lock_timeout of 0 would mean no bound at all.
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(int64((opts.KeyWait+time.Millisecond-1)/time.Millisecond), 10)
 	cfg.ConnConfig.RuntimeParams["application_name"] = "payments"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
