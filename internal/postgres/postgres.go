@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/singleflight"
 
 	"payments/internal/groupcommit"
 	"payments/internal/payment"
@@ -71,6 +72,10 @@ type Store struct {
 	pool *pgxpool.Pool
 	opts Options
 	auth authCache
+	// unknownKeys budgets lookups of keys never seen valid, per client;
+	// authFlight folds concurrent lookups of one key into one.
+	unknownKeys failureBudget
+	authFlight  singleflight.Group
 
 	// notify carries "events committed" to the notifier goroutine; its buffer
 	// of one folds a burst of commits into one NOTIFY.
@@ -198,6 +203,7 @@ const (
 	codeSerializationFailure = "40001"
 	codeDeadlockDetected     = "40P01"
 	codeLockNotAvailable     = "55P03"
+	codeForeignKeyViolation  = "23503"
 )
 
 func hasCode(err error, code string) bool {
