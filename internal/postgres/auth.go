@@ -22,14 +22,17 @@ const (
 	authCacheMax = 10_000
 )
 
-// The failure budget for keys this process has never seen valid: each client
-// address may look up UnknownKeyBurst of them at once, then UnknownKeyRate a
-// second. Keys seen valid are not charged, so a client whose key works keeps
-// working whatever its address sends.
+// The failure budget: each client address may look up UnknownKeyBurst keys
+// that turn out unknown, then UnknownKeyRate a second; past it, keys this
+// process has not seen valid are refused without a lookup. Only failures
+// spend it, so a burst of valid keys (a restart behind a proxy) is never
+// refused; at most UnknownKeyLookups such lookups run at once, which bounds
+// how far concurrent failures overshoot the budget.
 const (
-	UnknownKeyBurst  = 10
-	UnknownKeyRate   = 1.0
-	budgetMaxClients = 10_000
+	UnknownKeyBurst   = 10
+	UnknownKeyRate    = 1.0
+	UnknownKeyLookups = 4
+	budgetMaxClients  = 10_000
 )
 
 var (
@@ -65,13 +68,13 @@ func (s *Store) Authenticate(ctx context.Context, apiKey, client string) (uuid.U
 	if trusted {
 		return merchant, nil
 	}
-	if !known && !s.unknownKeys.take(client, now) {
+	if !known && !s.unknownKeys.allows(client, now) {
 		return uuid.Nil, errTooManyUnknown
 	}
 	// Concurrent requests with one key share one lookup.
-	v, err, _ := s.authFlight.Do(string(hash[:]), func() (any, error) { return s.lookupAPIKey(ctx, hash) })
-	if err == nil && !known {
-		s.unknownKeys.giveBack(client)
+	v, err, _ := s.authFlight.Do(string(hash[:]), func() (any, error) { return s.lookupAPIKey(ctx, hash, known, client) })
+	if errors.Is(err, errUnknownAPIKey) {
+		s.unknownKeys.charge(client, time.Now())
 	}
 	if err != nil {
 		return uuid.Nil, err
@@ -80,12 +83,24 @@ func (s *Store) Authenticate(ctx context.Context, apiKey, client string) (uuid.U
 }
 
 // lookupAPIKey asks the database for the merchant of the key hashed to hash
-// and caches the answer.
-func (s *Store) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte) (uuid.UUID, error) {
+// and caches the answer. A key not known valid waits for one of the
+// UnknownKeyLookups slots, then checks client's budget again.
+func (s *Store) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, known bool, client string) (uuid.UUID, error) {
 	// Shared by every request waiting on this lookup: no one client's cancel
 	// may fail the others.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.KeyWait)
 	defer cancel()
+	if !known {
+		select {
+		case s.unknownSlots <- struct{}{}:
+			defer func() { <-s.unknownSlots }()
+		case <-ctx.Done():
+			return uuid.Nil, fmt.Errorf("%w: wait to look up an API key: %w", payment.ErrUnavailable, ctx.Err())
+		}
+		if !s.unknownKeys.allows(client, time.Now()) {
+			return uuid.Nil, errTooManyUnknown
+		}
+	}
 	began := time.Now() // the answer is no older than this
 	var id uuid.UUID
 	err := s.pool.QueryRow(ctx, lookupAPIKeySQL, hash[:]).Scan(&id)
@@ -149,8 +164,16 @@ type bucket struct {
 	at     time.Time
 }
 
-// take takes a token from client's bucket, reporting false when it is empty.
-func (b *failureBudget) take(client string, now time.Time) bool {
+// allows reports whether client has a token left.
+func (b *failureBudget) allows(client string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k, ok := b.buckets[client]
+	return !ok || k.refilled(now) >= 1
+}
+
+// charge takes a token from client's bucket for a lookup that failed.
+func (b *failureBudget) charge(client string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k, ok := b.buckets[client]
@@ -158,24 +181,11 @@ func (b *failureBudget) take(client string, now time.Time) bool {
 		b.makeRoom(now)
 		k = bucket{tokens: UnknownKeyBurst, at: now}
 	}
-	k.tokens = min(UnknownKeyBurst, k.tokens+now.Sub(k.at).Seconds()*UnknownKeyRate)
-	k.at = now
-	ok = k.tokens >= 1
-	if ok {
-		k.tokens--
-	}
-	b.buckets[client] = k
-	return ok
+	b.buckets[client] = bucket{tokens: max(0, k.refilled(now)-1), at: now}
 }
 
-// giveBack returns the token of a lookup that found a valid key.
-func (b *failureBudget) giveBack(client string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if k, ok := b.buckets[client]; ok {
-		k.tokens = min(UnknownKeyBurst, k.tokens+1)
-		b.buckets[client] = k
-	}
+func (k bucket) refilled(now time.Time) float64 {
+	return min(UnknownKeyBurst, k.tokens+now.Sub(k.at).Seconds()*UnknownKeyRate)
 }
 
 // makeRoom keeps the map within budgetMaxClients: full buckets say nothing
@@ -188,7 +198,7 @@ func (b *failureBudget) makeRoom(now time.Time) {
 		return
 	}
 	for c, k := range b.buckets {
-		if k.tokens+now.Sub(k.at).Seconds()*UnknownKeyRate >= UnknownKeyBurst {
+		if k.refilled(now) >= UnknownKeyBurst {
 			delete(b.buckets, c)
 		}
 	}

@@ -118,33 +118,64 @@ func openStore(t *testing.T, url string) *Store {
 	return s
 }
 
-// TestFailureBudget: a client may look up UnknownKeyBurst unknown keys at once,
-// then UnknownKeyRate a second; a valid key gives its token back; clients do
-// not share a budget.
+// TestFailureBudget: a client may fail UnknownKeyBurst lookups at once, then
+// UnknownKeyRate a second; clients do not share a budget.
 func TestFailureBudget(t *testing.T) {
 	var b failureBudget
 	now := time.Now()
 	for i := range UnknownKeyBurst {
-		if !b.take("a", now) {
-			t.Fatalf("take %d refused within the burst", i+1)
+		if !b.allows("a", now) {
+			t.Fatalf("refused after %d failures, within the burst", i)
 		}
+		b.charge("a", now)
 	}
-	if b.take("a", now) {
-		t.Fatal("take past the burst allowed")
+	if b.allows("a", now) {
+		t.Fatal("allowed past the burst")
 	}
-	if !b.take("b", now) {
+	if !b.allows("b", now) {
 		t.Error("another client shares a's budget")
 	}
-	if !b.take("a", now.Add(time.Duration(float64(time.Second)/UnknownKeyRate))) {
+	later := now.Add(time.Duration(float64(time.Second) / UnknownKeyRate))
+	if !b.allows("a", later) {
 		t.Error("no token after one refill period")
 	}
-	later := now.Add(time.Duration(float64(time.Second) / UnknownKeyRate))
-	if b.take("a", later) {
+	b.charge("a", later)
+	if b.allows("a", later) {
 		t.Error("two tokens after one refill period")
 	}
-	b.giveBack("a")
-	if !b.take("a", later) {
-		t.Error("a token given back cannot be taken")
+}
+
+// TestValidKeysSpendNoBudget: many keys this process has never seen, valid
+// and sent at once from one address (a restart behind a proxy), are all
+// accepted; the address's budget is still whole.
+func TestValidKeysSpendNoBudget(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgtest.DatabaseURL(t))
+	const n = 5 * UnknownKeyBurst
+	keys := make([]string, n)
+	for i := range keys {
+		var err error
+		if _, keys[i], err = s.CreateMerchant(ctx, "burst-"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 2*n)
+	start := make(chan struct{})
+	for range 2 {
+		for _, k := range keys {
+			go func() { <-start; _, err := s.Authenticate(ctx, k, "proxy"); errs <- err }()
+		}
+	}
+	close(start)
+	for range 2 * n {
+		if err := <-errs; err != nil {
+			t.Errorf("a valid key: %v", err)
+		}
+	}
+	s.unknownKeys.mu.Lock()
+	defer s.unknownKeys.mu.Unlock()
+	if k, ok := s.unknownKeys.buckets["proxy"]; ok {
+		t.Errorf("the proxy's budget after valid keys only: %+v, want untouched", k)
 	}
 }
 

@@ -72,10 +72,12 @@ type Store struct {
 	pool *pgxpool.Pool
 	opts Options
 	auth authCache
-	// unknownKeys budgets lookups of keys never seen valid, per client;
-	// authFlight folds concurrent lookups of one key into one.
-	unknownKeys failureBudget
-	authFlight  singleflight.Group
+	// unknownKeys budgets failed key lookups per client, unknownSlots bounds
+	// lookups of keys not known valid, and authFlight folds concurrent lookups
+	// of one key into one (auth.go).
+	unknownKeys  failureBudget
+	unknownSlots chan struct{}
+	authFlight   singleflight.Group
 
 	// notify carries "events committed" to the notifier goroutine; its buffer
 	// of one folds a burst of commits into one NOTIFY.
@@ -105,7 +107,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	s := &Store{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
-		chargeSQL: defaultChargeStatements}
+		chargeSQL: defaultChargeStatements, unknownSlots: make(chan struct{}, UnknownKeyLookups)}
 	var notifierCtx context.Context
 	notifierCtx, s.stopNotifier = context.WithCancel(context.Background())
 	go s.notifier(notifierCtx)
