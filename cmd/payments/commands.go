@@ -293,7 +293,7 @@ func merchants(ctx context.Context, args []string, getenv func(string) string, s
 	return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": id.String(), "key_id": key.ID, "api_key": key.Secret})
 }
 
-const apiKeysUsage = `usage:
+const keyCommandsUsage = `usage:
   payments api-keys create --merchant ID   give the merchant a new API key; prints it once
   payments api-keys list --merchant ID     the merchant's keys: ids, creation, last use, revocation
   payments api-keys revoke KEY_ID          refuse the key from now on (every replica within 2 s)`
@@ -302,7 +302,7 @@ const apiKeysUsage = `usage:
 // secret only once, on creation.
 func apiKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(apiKeysUsage)
+		return errors.New(keyCommandsUsage)
 	}
 	cmd := "api-keys " + args[0]
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
@@ -314,7 +314,7 @@ func apiKeys(ctx context.Context, args []string, getenv func(string) string, std
 		merchantFlag = fs.String("merchant", "", "the merchant's id (required)")
 	case "revoke":
 	default:
-		return fmt.Errorf("unknown api-keys command %q\n%s", args[0], apiKeysUsage)
+		return fmt.Errorf("unknown api-keys command %q\n%s", args[0], keyCommandsUsage)
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -331,7 +331,7 @@ func apiKeys(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q\n%s", cmd, fs.Arg(0), apiKeysUsage)
+		return fmt.Errorf("%s: unexpected argument %q\n%s", cmd, fs.Arg(0), keyCommandsUsage)
 	}
 	var merchant uuid.UUID
 	if merchantFlag != nil {

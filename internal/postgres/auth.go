@@ -43,9 +43,9 @@ var (
 		payment.ErrUnauthenticated)
 )
 
-// lookupAPIKeySQL finds a valid key's merchant and, at most once a minute,
+// merchantOfKeySQL finds a valid key's merchant and, at most once a minute,
 // records that the key was used.
-const lookupAPIKeySQL = `
+const merchantOfKeySQL = `
 WITH used AS (
 	UPDATE api_keys SET last_used_at = now()
 	WHERE hash = $1 AND revoked_at IS NULL
@@ -103,7 +103,7 @@ func (s *Store) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, known 
 	}
 	began := time.Now() // the answer is no older than this
 	var id uuid.UUID
-	err := s.pool.QueryRow(ctx, lookupAPIKeySQL, hash[:]).Scan(&id)
+	err := s.pool.QueryRow(ctx, merchantOfKeySQL, hash[:]).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.auth.forget(hash)
 		return uuid.Nil, errUnknownAPIKey
