@@ -340,7 +340,6 @@ func (p *pgProxy) relay(client net.Conn) {
 			}
 		case 'S': // Sync
 			if pipelined {
-				pipelined = false
 				p.atSync.Add(1)
 				strike(pending, msg)
 				return

@@ -142,10 +142,6 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func chargeCreated(c payment.Charge) (response, error) {
-	return created("/v1/charges/"+payment.FormatID(payment.PrefixCharge, c.ID), c)
-}
-
 func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r, "id", payment.PrefixCharge)
 	c, err := s.backend.Charge(r.Context(), merchantFrom(r.Context()), id)

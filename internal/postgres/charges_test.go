@@ -45,7 +45,6 @@ type model struct {
 type modelKey struct {
 	fp     idempotency.Fingerprint
 	status int
-	body   []byte // nil: compare the status only (a fresh charge's body has a new id)
 }
 
 // answer is what one request got: a status, or an idempotency error, and
