@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -269,7 +270,7 @@ func ensureDatabase(ctx context.Context, databaseURL string, stderr io.Writer) e
 	return nil
 }
 
-// merchants registers a merchant and prints its id and API key as JSON.
+// merchants registers a merchant and prints its id, its API key and the key's id as JSON.
 func merchants(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "create" {
 		return errors.New("usage: payments merchants create --name NAME")
@@ -284,24 +285,138 @@ func merchants(ctx context.Context, args []string, getenv func(string) string, s
 	if strings.TrimSpace(*name) == "" {
 		return errors.New("merchants create: --name is required")
 	}
-	var cfgArgs []string
-	if *dbURL != "" {
-		cfgArgs = []string{"--database-url", *dbURL}
-	}
-	cfg, err := loadConfig("merchants create", cfgArgs, getenv, stderr)
+	store, err := openAdmin(ctx, "merchants create", *dbURL, getenv, stderr)
 	if err != nil {
 		return err
 	}
-	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{MaxConns: 1})
-	if err != nil {
-		return fmt.Errorf("invalid DATABASE_URL: %w", err)
-	}
 	defer store.Close()
-	id, apiKey, err := store.CreateMerchant(ctx, *name)
+	id, key, err := store.RegisterMerchant(ctx, *name)
 	if err != nil {
 		return fmt.Errorf("create merchant: %w", err)
 	}
-	return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": id.String(), "api_key": apiKey})
+	return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": id.String(), "key_id": key.ID, "api_key": key.Secret})
+}
+
+const keyCommandsUsage = `usage:
+  payments api-keys create --merchant ID   give the merchant a new API key; prints it once
+  payments api-keys list --merchant ID     the merchant's keys: ids, creation, last use, revocation
+  payments api-keys revoke KEY_ID          refuse the key from now on (every replica within 2 s)`
+
+// apiKeys creates, lists and revokes merchants' API keys. It prints JSON; the
+// secret only once, on creation.
+func apiKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New(keyCommandsUsage)
+	}
+	cmd := "api-keys " + args[0]
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := fs.String("database-url", "", "PostgreSQL connection URL ($DATABASE_URL)")
+	var merchantFlag *string
+	switch args[0] {
+	case "create", "list":
+		merchantFlag = fs.String("merchant", "", "the merchant's id (required)")
+	case "revoke":
+	default:
+		return fmt.Errorf("unknown api-keys command %q\n%s", args[0], keyCommandsUsage)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	// revoke takes one KEY_ID, before or after the flags.
+	var keyID string
+	if merchantFlag == nil {
+		if fs.NArg() == 0 {
+			return fmt.Errorf("%s: name the key to revoke: payments api-keys revoke KEY_ID", cmd)
+		}
+		keyID = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return err
+		}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q\n%s", cmd, fs.Arg(0), keyCommandsUsage)
+	}
+	var merchant uuid.UUID
+	if merchantFlag != nil {
+		if *merchantFlag == "" {
+			return fmt.Errorf("%s: --merchant is required", cmd)
+		}
+		var err error
+		if merchant, err = uuid.Parse(*merchantFlag); err != nil {
+			return fmt.Errorf("%s: unknown merchant %q: a merchant id is a UUID", cmd, *merchantFlag)
+		}
+	}
+	store, err := openAdmin(ctx, cmd, *dbURL, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	enc := json.NewEncoder(stdout)
+	switch args[0] {
+	case "create":
+		key, err := store.CreateAPIKey(ctx, merchant)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cmd, err)
+		}
+		return enc.Encode(map[string]string{"key_id": key.ID, "api_key": key.Secret})
+	case "list":
+		keys, err := store.ListAPIKeys(ctx, merchant)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cmd, err)
+		}
+		listed := make([]listedKey, len(keys))
+		for i, k := range keys {
+			listed[i] = listedKeyOf(k)
+		}
+		return enc.Encode(struct {
+			MerchantID string      `json:"merchant_id"`
+			APIKeys    []listedKey `json:"api_keys"`
+		}{merchant.String(), listed})
+	default:
+		k, err := store.RevokeAPIKey(ctx, keyID)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cmd, err)
+		}
+		return enc.Encode(listedKeyOf(k))
+	}
+}
+
+// listedKey is how api-keys prints a key: never its secret or hash.
+type listedKey struct {
+	KeyID      string     `json:"key_id"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+}
+
+func listedKeyOf(k postgres.APIKey) listedKey {
+	utc := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	return listedKey{KeyID: k.ID, CreatedAt: k.CreatedAt.UTC(), LastUsedAt: utc(k.LastUsedAt), RevokedAt: utc(k.RevokedAt)}
+}
+
+// openAdmin opens a one-connection store for an operator command; dbURL, if
+// set, overrides DATABASE_URL.
+func openAdmin(ctx context.Context, cmd, dbURL string, getenv func(string) string, stderr io.Writer) (*postgres.Store, error) {
+	var cfgArgs []string
+	if dbURL != "" {
+		cfgArgs = []string{"--database-url", dbURL}
+	}
+	cfg, err := loadConfig(cmd, cfgArgs, getenv, stderr)
+	if err != nil {
+		return nil, err
+	}
+	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{MaxConns: 1})
+	if err != nil {
+		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	return store, nil
 }
 
 // healthcheck asks the running service whether it is ready (GET /readyz) and

@@ -1,11 +1,12 @@
 // Command payments runs the payment-charging service and its operator tasks.
 //
-//	payments serve                      run the HTTP API (and the outbox relay)
-//	payments relay                      run only the outbox relay to NATS JetStream
-//	payments consume                    run the worked-example event consumer
-//	payments migrate up|down|version    manage the database schema
-//	payments merchants create --name N  register a merchant, print its API key
-//	payments healthcheck [--url URL]    exit 0 when the running service is ready
+//	payments serve                        run the HTTP API (and the outbox relay)
+//	payments relay                        run only the outbox relay to NATS JetStream
+//	payments consume                      run the worked-example event consumer
+//	payments migrate up|down|version      manage the database schema
+//	payments merchants create --name N    register a merchant, print its API key
+//	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
+//	payments healthcheck [--url URL]      exit 0 when the running service is ready
 package main
 
 import (
@@ -27,12 +28,15 @@ func main() {
 }
 
 const usage = `usage:
-  payments serve [flags]                 run the HTTP API (and the outbox relay, RELAY_ENABLED)
-  payments relay [flags]                 run only the outbox relay to NATS JetStream
-  payments consume [flags]               run the worked-example consumer (balance projection)
-  payments migrate up|down|version       manage the database schema
-  payments merchants create --name NAME  register a merchant and print its API key
-  payments healthcheck [--url URL]       exit 0 when the service at HTTP_ADDR answers /readyz with 200
+  payments serve [flags]                   run the HTTP API (and the outbox relay, RELAY_ENABLED)
+  payments relay [flags]                   run only the outbox relay to NATS JetStream
+  payments consume [flags]                 run the worked-example consumer (balance projection)
+  payments migrate up|down|version         manage the database schema
+  payments merchants create --name NAME    register a merchant and print its API key
+  payments api-keys create --merchant ID   give the merchant another API key (printed once)
+  payments api-keys list --merchant ID     list the merchant's keys: ids, creation, last use, revocation
+  payments api-keys revoke KEY_ID          revoke a key: every replica refuses it within 2 s
+  payments healthcheck [--url URL]         exit 0 when the service at HTTP_ADDR answers /readyz with 200
 
 Run "payments serve -h" for the settings; each flag overrides its environment variable.`
 
@@ -52,6 +56,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, rest, getenv, stdout, stderr)
 	case "merchants":
 		return merchants(ctx, rest, getenv, stdout, stderr)
+	case "api-keys":
+		return apiKeys(ctx, rest, getenv, stdout, stderr)
 	case "healthcheck":
 		return healthcheck(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":

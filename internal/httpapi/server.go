@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -31,8 +32,9 @@ const MaxBodyBytes = 64 << 10
 // Backend is what the API needs from storage; *postgres.Store implements it.
 type Backend interface {
 	payment.Reader
-	// Authenticate returns the merchant owning apiKey, or payment.ErrUnauthenticated.
-	Authenticate(ctx context.Context, apiKey string) (uuid.UUID, error)
+	// Authenticate returns the merchant owning apiKey, or payment.ErrUnauthenticated;
+	// client is the caller's address (see clientOf), for a failure budget.
+	Authenticate(ctx context.Context, apiKey, client string) (uuid.UUID, error)
 	// Idempotent runs op at most once per (merchant, key); see postgres.Store.Idempotent.
 	Idempotent(ctx context.Context, req idempotency.Request, op postgres.Operation) (idempotency.Result, error)
 	// CreateCharge executes a charge at most once per (merchant, key), group
@@ -204,13 +206,28 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.fail(w, r, fmt.Errorf("%w: send the API key as Authorization: Bearer <api key>", payment.ErrUnauthenticated))
 			return
 		}
-		merchantID, err := s.backend.Authenticate(r.Context(), auth[len(prefix):])
+		merchantID, err := s.backend.Authenticate(r.Context(), auth[len(prefix):], clientOf(r))
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), merchantKey, merchantID)))
 	})
+}
+
+// clientOf names the client by its address: an IPv6 client by its /64, which
+// one host usually holds whole. Behind a proxy it is the proxy's.
+func clientOf(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	addr := ap.Addr().Unmap()
+	if addr.Is6() {
+		p, _ := addr.Prefix(64)
+		return p.String()
+	}
+	return addr.String()
 }
 
 func equalFold(a, b string) bool {

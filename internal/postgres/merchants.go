@@ -5,13 +5,15 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"payments/internal/payment"
 )
@@ -19,85 +21,156 @@ import (
 // APIKeyPrefix starts every API key, so leaked keys are easy to recognise.
 const APIKeyPrefix = "sk_"
 
-// CreateMerchant registers a merchant with one API key and returns both. The key
-// is returned only here: the database keeps its SHA-256 hash.
+// KeyIDPrefix starts every API key's public id.
+const KeyIDPrefix = "key_"
+
+// An API key is APIKeyPrefix and apiKeySecretBytes random bytes in unpadded
+// base64url: apiKeyLen characters.
+const (
+	apiKeySecretBytes = 32
+	apiKeyLen         = len(APIKeyPrefix) + (apiKeySecretBytes*8+5)/6
+)
+
+// Errors of the API key commands.
+var (
+	ErrUnknownMerchant = errors.New("unknown merchant")
+	ErrUnknownAPIKey   = errors.New("unknown API key")
+	ErrAPIKeyRevoked   = errors.New("API key already revoked")
+)
+
+// NewAPIKey is a key just created: its public id and the secret, which is
+// shown only once (the database keeps its SHA-256 hash).
+type NewAPIKey struct {
+	ID     string
+	Secret string
+}
+
+// APIKey describes a merchant's key without its secret.
+type APIKey struct {
+	ID         string
+	CreatedAt  time.Time
+	LastUsedAt *time.Time // within a minute; nil if never used
+	RevokedAt  *time.Time // nil while valid
+}
+
+// CreateMerchant registers a merchant with one API key and returns both; see
+// RegisterMerchant for the key's id.
 func (s *Store) CreateMerchant(ctx context.Context, name string) (uuid.UUID, string, error) {
+	id, key, err := s.RegisterMerchant(ctx, name)
+	return id, key.Secret, err
+}
+
+// RegisterMerchant registers a merchant with one API key and returns both.
+func (s *Store) RegisterMerchant(ctx context.Context, name string) (uuid.UUID, NewAPIKey, error) {
 	id := payment.NewID()
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return uuid.Nil, "", fmt.Errorf("generate API key: %w", err)
-	}
-	apiKey := APIKeyPrefix + base64.RawURLEncoding.EncodeToString(secret)
-	hash := sha256.Sum256([]byte(apiKey))
+	var key NewAPIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO merchants (id, name) VALUES ($1, $2)`, id, name); err != nil {
 			return fmt.Errorf("insert merchant: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO api_keys (hash, merchant_id) VALUES ($1, $2)`, hash[:], id); err != nil {
-			return fmt.Errorf("insert API key: %w", err)
-		}
-		return nil
+		var err error
+		key, err = insertAPIKey(ctx, tx, id)
+		return err
 	})
 	if err != nil {
-		return uuid.Nil, "", interpret(err)
+		return uuid.Nil, NewAPIKey{}, interpret(err)
 	}
-	return id, apiKey, nil
+	return id, key, nil
 }
 
-// Authenticate returns the merchant owning apiKey, or payment.ErrUnauthenticated.
-// Keys are looked up by their SHA-256 hash, never compared as secrets, so the
-// time taken tells nothing about how much of a guess was right. Known keys are
-// remembered for authCacheTTL to spare the hot path a round trip.
-func (s *Store) Authenticate(ctx context.Context, apiKey string) (uuid.UUID, error) {
-	hash := sha256.Sum256([]byte(apiKey))
-	if id, ok := s.auth.get(hash); ok {
-		return id, nil
-	}
-	var id uuid.UUID
-	err := s.pool.QueryRow(ctx, `SELECT merchant_id FROM api_keys WHERE hash = $1`, hash[:]).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return uuid.Nil, payment.ErrUnauthenticated
+// CreateAPIKey gives merchant one more API key. It returns ErrUnknownMerchant
+// when there is no such merchant.
+func (s *Store) CreateAPIKey(ctx context.Context, merchant uuid.UUID) (NewAPIKey, error) {
+	var key NewAPIKey
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		key, err = insertAPIKey(ctx, tx, merchant)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == codeForeignKeyViolation {
+		return NewAPIKey{}, fmt.Errorf("%w %s", ErrUnknownMerchant, merchant)
 	}
 	if err != nil {
-		return uuid.Nil, interpret(fmt.Errorf("look up API key: %w", err))
+		return NewAPIKey{}, interpret(err)
 	}
-	s.auth.put(hash, id)
-	return id, nil
+	return key, nil
 }
 
-// authCacheTTL bounds how long a known API key is trusted without asking the
-// database; authCacheMax bounds the cache's size.
-const (
-	authCacheTTL = 30 * time.Second
-	authCacheMax = 10_000
-)
-
-// authCache remembers recently seen API key hashes and their merchants.
-type authCache struct {
-	mu      sync.Mutex
-	entries map[[sha256.Size]byte]authEntry
-}
-
-type authEntry struct {
-	merchant uuid.UUID
-	expires  time.Time
-}
-
-func (c *authCache) get(hash [sha256.Size]byte) (uuid.UUID, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[hash]
-	if !ok || time.Now().After(e.expires) {
-		return uuid.Nil, false
+func insertAPIKey(ctx context.Context, tx pgx.Tx, merchant uuid.UUID) (NewAPIKey, error) {
+	secret := make([]byte, apiKeySecretBytes)
+	id := make([]byte, 16)
+	if _, err := rand.Read(secret); err != nil {
+		return NewAPIKey{}, fmt.Errorf("generate API key: %w", err)
 	}
-	return e.merchant, true
+	if _, err := rand.Read(id); err != nil {
+		return NewAPIKey{}, fmt.Errorf("generate API key id: %w", err)
+	}
+	key := NewAPIKey{ID: KeyIDPrefix + hex.EncodeToString(id), Secret: APIKeyPrefix + base64.RawURLEncoding.EncodeToString(secret)}
+	hash := sha256.Sum256([]byte(key.Secret))
+	if _, err := tx.Exec(ctx, `INSERT INTO api_keys (hash, id, merchant_id) VALUES ($1, $2, $3)`, hash[:], key.ID, merchant); err != nil {
+		return NewAPIKey{}, fmt.Errorf("insert API key: %w", err)
+	}
+	return key, nil
 }
 
-func (c *authCache) put(hash [sha256.Size]byte, merchant uuid.UUID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil || len(c.entries) >= authCacheMax {
-		c.entries = make(map[[sha256.Size]byte]authEntry) // start over rather than grow
+// ListAPIKeys returns merchant's keys, oldest first, revoked ones included. It
+// returns ErrUnknownMerchant when there is no such merchant.
+func (s *Store) ListAPIKeys(ctx context.Context, merchant uuid.UUID) ([]APIKey, error) {
+	var keys []APIKey
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM merchants WHERE id = $1)`, merchant).Scan(&exists); err != nil {
+			return fmt.Errorf("look up merchant: %w", err)
+		}
+		if !exists {
+			return fmt.Errorf("%w %s", ErrUnknownMerchant, merchant)
+		}
+		rows, err := tx.Query(ctx, `SELECT id, created_at, last_used_at, revoked_at FROM api_keys
+			WHERE merchant_id = $1 ORDER BY created_at, id`, merchant)
+		if err != nil {
+			return fmt.Errorf("list API keys: %w", err)
+		}
+		keys, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (APIKey, error) {
+			var k APIKey
+			err := row.Scan(&k.ID, &k.CreatedAt, &k.LastUsedAt, &k.RevokedAt)
+			return k, err
+		})
+		return err
+	})
+	return keys, interpret(err)
+}
+
+// RevokeAPIKey revokes the key with the public id keyID: every replica refuses
+// it within authTrust. It returns ErrUnknownAPIKey or ErrAPIKeyRevoked.
+func (s *Store) RevokeAPIKey(ctx context.Context, keyID string) (APIKey, error) {
+	var k APIKey
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT id, created_at, last_used_at, revoked_at FROM api_keys WHERE id = $1 FOR UPDATE`, keyID).
+			Scan(&k.ID, &k.CreatedAt, &k.LastUsedAt, &k.RevokedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w %s", ErrUnknownAPIKey, keyID)
+		}
+		if err != nil {
+			return fmt.Errorf("look up API key: %w", err)
+		}
+		if k.RevokedAt != nil {
+			return fmt.Errorf("%w: %s was revoked at %s", ErrAPIKeyRevoked, keyID, k.RevokedAt.UTC().Format(time.RFC3339))
+		}
+		return tx.QueryRow(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1 RETURNING revoked_at`, keyID).Scan(&k.RevokedAt)
+	})
+	if err != nil {
+		return APIKey{}, interpret(err)
 	}
-	c.entries[hash] = authEntry{merchant: merchant, expires: time.Now().Add(authCacheTTL)}
+	return k, nil
+}
+
+// wellFormedAPIKey reports whether apiKey could have been made by insertAPIKey;
+// anything else is refused without asking the database.
+func wellFormedAPIKey(apiKey string) bool {
+	if len(apiKey) != apiKeyLen || !strings.HasPrefix(apiKey, APIKeyPrefix) {
+		return false
+	}
+	secret, err := base64.RawURLEncoding.Strict().DecodeString(apiKey[len(APIKeyPrefix):])
+	return err == nil && len(secret) == apiKeySecretBytes
 }

@@ -2,62 +2,299 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 )
 
-// TestAuthCache: a known API key is answered from memory, without asking the
-// database, until its entry expires; then the database decides again. The
-// cache never holds more than authCacheMax keys.
+// TestAuthCache: a valid API key is answered from memory, without asking the
+// database, for authTrust; then the database decides again. The cache never
+// holds more than authCacheMax keys.
 func TestAuthCache(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.DatabaseURL(t), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
+	s := openStore(t, pgtest.DatabaseURL(t))
 	id, key, err := s.CreateMerchant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Authenticate(ctx, key); err != nil || got != id {
+	if got, err := s.Authenticate(ctx, key, "test"); err != nil || got != id {
 		t.Fatalf("Authenticate = %v, %v; want %v", got, err, id)
 	}
 
-	// The key is revoked in the table: within its TTL the cached entry answers.
+	// The key is deleted from the table: within its trust the cached entry answers.
 	if _, err := s.Pool().Exec(ctx, `DELETE FROM api_keys WHERE merchant_id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Authenticate(ctx, key); err != nil || got != id {
-		t.Errorf("within the cache's TTL: Authenticate = %v, %v; want %v from the cache", got, err, id)
+	before := s.Pool().Stat().AcquireCount()
+	if got, err := s.Authenticate(ctx, key, "test"); err != nil || got != id {
+		t.Errorf("within its trust: Authenticate = %v, %v; want %v from the cache", got, err, id)
 	}
-	// Past it, the table's answer: the key is unknown.
+	if n := s.Pool().Stat().AcquireCount() - before; n != 0 {
+		t.Errorf("a trusted key took %d connections, want 0", n)
+	}
+	// Past it, the table's answer: the key is unknown, and forgotten.
 	hash := sha256.Sum256([]byte(key))
 	s.auth.mu.Lock()
 	e := s.auth.entries[hash]
-	e.expires = time.Now().Add(-time.Millisecond)
+	e.trustedUntil = time.Now().Add(-time.Millisecond)
 	s.auth.entries[hash] = e
 	s.auth.mu.Unlock()
-	if got, err := s.Authenticate(ctx, key); !errors.Is(err, payment.ErrUnauthenticated) {
-		t.Errorf("after the entry expired: Authenticate = %v, %v; want ErrUnauthenticated", got, err)
+	if got, err := s.Authenticate(ctx, key, "test"); !errors.Is(err, payment.ErrUnauthenticated) {
+		t.Errorf("past its trust: Authenticate = %v, %v; want ErrUnauthenticated", got, err)
+	}
+	if _, _, known := s.auth.get(hash, time.Now()); known {
+		t.Error("a key the database no longer has is still known")
 	}
 
 	// Bounded: full, it starts over rather than grow.
 	var c authCache
 	for i := range authCacheMax {
-		c.put(sha256.Sum256([]byte(strconv.Itoa(i))), id)
+		c.put(sha256.Sum256([]byte(strconv.Itoa(i))), id, time.Now())
 	}
 	if len(c.entries) != authCacheMax {
 		t.Fatalf("%d entries after %d keys", len(c.entries), authCacheMax)
 	}
-	c.put(sha256.Sum256([]byte("one more")), id)
+	c.put(sha256.Sum256([]byte("one more")), id, time.Now())
 	if len(c.entries) != 1 {
 		t.Errorf("%d entries after one key more than the %d allowed, want 1 (started over)", len(c.entries), authCacheMax)
+	}
+}
+
+func TestWellFormedAPIKey(t *testing.T) {
+	secret := base64.RawURLEncoding.EncodeToString(make([]byte, apiKeySecretBytes))
+	for _, tc := range []struct {
+		name, key string
+		want      bool
+	}{
+		{"generated shape", APIKeyPrefix + secret, true},
+		{"empty", "", false},
+		{"no prefix", secret + "abc", false},
+		{"other prefix", "pk_" + secret, false},
+		{"one short", APIKeyPrefix + secret[1:], false},
+		{"one long", APIKeyPrefix + secret + "A", false},
+		{"padded", APIKeyPrefix + secret[1:] + "=", false},
+		{"standard alphabet", APIKeyPrefix + "+" + secret[1:], false},
+		{"non-zero trailing bits", APIKeyPrefix + secret[:len(secret)-1] + "B", false},
+		{"newline inside", APIKeyPrefix + secret[:20] + "\n" + secret[21:], false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := wellFormedAPIKey(tc.key); got != tc.want {
+				t.Errorf("wellFormedAPIKey(%q) = %t, want %t", tc.key, got, tc.want)
+			}
+		})
+	}
+	for range 100 {
+		key, err := newTestKey()
+		if err != nil || !wellFormedAPIKey(key) {
+			t.Fatalf("a generated key %q is not well formed (%v)", key, err)
+		}
+	}
+}
+
+func newTestKey() (string, error) {
+	s := make([]byte, apiKeySecretBytes)
+	_, err := rand.Read(s)
+	return APIKeyPrefix + base64.RawURLEncoding.EncodeToString(s), err
+}
+
+// openStore opens a Store on url, closed when the test ends.
+func openStore(t *testing.T, url string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestFailureBudget: a client may fail UnknownKeyBurst lookups at once, then
+// UnknownKeyRate a second; clients do not share a budget.
+func TestFailureBudget(t *testing.T) {
+	var b failureBudget
+	now := time.Now()
+	for i := range UnknownKeyBurst {
+		if !b.allows("a", now) {
+			t.Fatalf("refused after %d failures, within the burst", i)
+		}
+		b.charge("a", now)
+	}
+	if b.allows("a", now) {
+		t.Fatal("allowed past the burst")
+	}
+	if !b.allows("b", now) {
+		t.Error("another client shares a's budget")
+	}
+	later := now.Add(time.Duration(float64(time.Second) / UnknownKeyRate))
+	if !b.allows("a", later) {
+		t.Error("no token after one refill period")
+	}
+	b.charge("a", later)
+	if b.allows("a", later) {
+		t.Error("two tokens after one refill period")
+	}
+}
+
+// TestValidKeysSpendNoBudget: many keys this process has never seen, valid
+// and sent at once from one address (a restart behind a proxy), are all
+// accepted; the address's budget is still whole.
+func TestValidKeysSpendNoBudget(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgtest.DatabaseURL(t))
+	const n = 5 * UnknownKeyBurst
+	keys := make([]string, n)
+	for i := range keys {
+		var err error
+		if _, keys[i], err = s.CreateMerchant(ctx, "burst-"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 2*n)
+	start := make(chan struct{})
+	for range 2 {
+		for _, k := range keys {
+			go func() { <-start; _, err := s.Authenticate(ctx, k, "proxy"); errs <- err }()
+		}
+	}
+	close(start)
+	for range 2 * n {
+		if err := <-errs; err != nil {
+			t.Errorf("a valid key: %v", err)
+		}
+	}
+	s.unknownKeys.mu.Lock()
+	defer s.unknownKeys.mu.Unlock()
+	if k, ok := s.unknownKeys.buckets["proxy"]; ok {
+		t.Errorf("the proxy's budget after valid keys only: %+v, want untouched", k)
+	}
+}
+
+// TestAPIKeyLifecycle: a merchant holds several keys, lists them without
+// secrets, and revokes one; revoked keys are refused, the others work; the
+// errors name the problem; last use is recorded at most once a minute.
+func TestAPIKeyLifecycle(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgtest.DatabaseURL(t))
+	merchant, first, err := s.RegisterMerchant(ctx, "rotating")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.CreateAPIKey(ctx, merchant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(first.ID, KeyIDPrefix) || first.ID == second.ID || first.Secret == second.Secret {
+		t.Fatalf("keys %+v and %+v", first, second)
+	}
+	for _, k := range []NewAPIKey{first, second} {
+		if got, err := s.Authenticate(ctx, k.Secret, "test"); err != nil || got != merchant {
+			t.Fatalf("Authenticate(%s) = %v, %v", k.ID, got, err)
+		}
+	}
+
+	keys, err := s.ListAPIKeys(ctx, merchant)
+	if err != nil || len(keys) != 2 || keys[0].ID != first.ID || keys[1].ID != second.ID {
+		t.Fatalf("ListAPIKeys = %+v, %v", keys, err)
+	}
+	for _, k := range keys {
+		if k.LastUsedAt == nil || k.RevokedAt != nil || k.CreatedAt.IsZero() {
+			t.Errorf("listed %+v, want used, not revoked", k)
+		}
+	}
+
+	// Last use: not rewritten within the minute, rewritten after it.
+	s.auth = authCache{}
+	if _, err := s.Authenticate(ctx, first.Secret, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if keys2, _ := s.ListAPIKeys(ctx, merchant); !keys2[0].LastUsedAt.Equal(*keys[0].LastUsedAt) {
+		t.Errorf("last use rewritten within the minute: %v, then %v", keys[0].LastUsedAt, keys2[0].LastUsedAt)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE api_keys SET last_used_at = now() - interval '61 seconds' WHERE id = $1`, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.auth = authCache{}
+	if _, err := s.Authenticate(ctx, first.Secret, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if keys2, _ := s.ListAPIKeys(ctx, merchant); time.Since(*keys2[0].LastUsedAt) > 10*time.Second {
+		t.Errorf("last use not recorded after a minute: %v", keys2[0].LastUsedAt)
+	}
+
+	revoked, err := s.RevokeAPIKey(ctx, first.ID)
+	if err != nil || revoked.RevokedAt == nil {
+		t.Fatalf("RevokeAPIKey = %+v, %v", revoked, err)
+	}
+	s.auth = authCache{}
+	if _, err := s.Authenticate(ctx, first.Secret, "test"); !errors.Is(err, payment.ErrUnauthenticated) {
+		t.Errorf("the revoked key: %v, want ErrUnauthenticated", err)
+	}
+	if got, err := s.Authenticate(ctx, second.Secret, "test"); err != nil || got != merchant {
+		t.Errorf("the other key after the revocation: %v, %v", got, err)
+	}
+	if keys, _ = s.ListAPIKeys(ctx, merchant); keys[0].RevokedAt == nil || keys[1].RevokedAt != nil {
+		t.Errorf("after revoking the first: %+v", keys)
+	}
+
+	unknown := uuid.New()
+	if _, err := s.RevokeAPIKey(ctx, first.ID); !errors.Is(err, ErrAPIKeyRevoked) {
+		t.Errorf("revoking twice: %v, want ErrAPIKeyRevoked", err)
+	}
+	if _, err := s.RevokeAPIKey(ctx, "key_nope"); !errors.Is(err, ErrUnknownAPIKey) {
+		t.Errorf("revoking an unknown key: %v, want ErrUnknownAPIKey", err)
+	}
+	if _, err := s.CreateAPIKey(ctx, unknown); !errors.Is(err, ErrUnknownMerchant) {
+		t.Errorf("a key for an unknown merchant: %v, want ErrUnknownMerchant", err)
+	}
+	if _, err := s.ListAPIKeys(ctx, unknown); !errors.Is(err, ErrUnknownMerchant) {
+		t.Errorf("listing an unknown merchant's keys: %v, want ErrUnknownMerchant", err)
+	}
+}
+
+// TestRevocationReachesEveryReplica: a key in use on one store (a replica) is
+// revoked through another; the first refuses it within revocationBound.
+func TestRevocationReachesEveryReplica(t *testing.T) {
+	const revocationBound = 2 * time.Second
+	ctx := context.Background()
+	url := pgtest.DatabaseURL(t)
+	replica, admin := openStore(t, url), openStore(t, url)
+	merchant, key, err := admin.RegisterMerchant(ctx, "revoked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := replica.Authenticate(ctx, key.Secret, "test"); err != nil || got != merchant {
+		t.Fatalf("before the revocation: %v, %v", got, err)
+	}
+	if _, err := admin.RevokeAPIKey(ctx, key.ID); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	for {
+		_, err := replica.Authenticate(ctx, key.Secret, "test")
+		if errors.Is(err, payment.ErrUnauthenticated) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(revoked) > 2*revocationBound {
+			t.Fatalf("the replica still accepts the key %s after the revocation", time.Since(revoked))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(revoked)
+	t.Logf("the replica refused the revoked key %s after the revocation committed", took.Round(time.Millisecond))
+	if took > revocationBound {
+		t.Errorf("revocation took %s to reach the replica, want at most %s", took, revocationBound)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/singleflight"
 
 	"payments/internal/groupcommit"
 	"payments/internal/payment"
@@ -71,6 +72,12 @@ type Store struct {
 	pool *pgxpool.Pool
 	opts Options
 	auth authCache
+	// unknownKeys budgets failed key lookups per client, unknownSlots bounds
+	// lookups of keys not known valid, and authFlight folds concurrent lookups
+	// of one key into one (auth.go).
+	unknownKeys  failureBudget
+	unknownSlots chan struct{}
+	authFlight   singleflight.Group
 
 	// notify carries "events committed" to the notifier goroutine; its buffer
 	// of one folds a burst of commits into one NOTIFY.
@@ -101,7 +108,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	s := &Store{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
-		chargeSQL: defaultChargeStatements}
+		chargeSQL: defaultChargeStatements, unknownSlots: make(chan struct{}, UnknownKeyLookups)}
 	var notifierCtx context.Context
 	notifierCtx, s.stopNotifier = context.WithCancel(context.Background())
 	go s.notifier(notifierCtx)
@@ -199,6 +206,7 @@ const (
 	codeSerializationFailure = "40001"
 	codeDeadlockDetected     = "40P01"
 	codeLockNotAvailable     = "55P03"
+	codeForeignKeyViolation  = "23503"
 )
 
 func hasCode(err error, code string) bool {

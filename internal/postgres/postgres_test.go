@@ -370,11 +370,11 @@ func TestAuthenticate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // the second answer comes from the cache
-		if got, err := s.Authenticate(ctx, key); err != nil || got != id {
+		if got, err := s.Authenticate(ctx, key, "test"); err != nil || got != id {
 			t.Errorf("Authenticate = %v, %v; want %v", got, err, id)
 		}
 	}
-	if _, err := s.Authenticate(ctx, key+"x"); !errors.Is(err, payment.ErrUnauthenticated) {
+	if _, err := s.Authenticate(ctx, key+"x", "test"); !errors.Is(err, payment.ErrUnauthenticated) {
 		t.Errorf("a wrong key: %v", err)
 	}
 	var stored []byte
