@@ -121,8 +121,15 @@ func TestHostileInput(t *testing.T) {
 			h.expect(a.get(t, ctx, "/v1/accounts/"+esc), 404)
 			h.expect(a.get(t, ctx, "/v1/charges/"+esc), 404)
 			h.expect(a.get(t, ctx, "/v1/accounts/"+acct+"/deposits/"+esc), 404)
-			h.expect(a.post(t, ctx, "/v1/accounts/"+esc+"/deposits", a.newKey(), `{"amount":1}`), 404)
-			h.expect(a.post(t, ctx, "/v1/charges/"+esc+"/refunds", a.newKey(), `{}`), 404)
+			// A POST whose path is escaped otherwise than Go escapes it (its
+			// routed and its fingerprinted form would differ) is refused
+			// (400) before its key is claimed; any other names nothing (404).
+			postRefusal := 404
+			if u, err := url.Parse("/v1/accounts/" + esc); err != nil || u.RawPath != "" {
+				postRefusal = 400
+			}
+			h.expect(a.post(t, ctx, "/v1/accounts/"+esc+"/deposits", a.newKey(), `{"amount":1}`), postRefusal)
+			h.expect(a.post(t, ctx, "/v1/charges/"+esc+"/refunds", a.newKey(), `{}`), postRefusal)
 			q := url.QueryEscape(s)
 			h.expect(a.get(t, ctx, "/v1/charges?account_id="+q), 400)
 			h.expect(a.get(t, ctx, "/v1/charges?starting_after="+q), 400)
