@@ -26,6 +26,9 @@ import (
 	"payments/migrations"
 )
 
+// maxHeaderBytes bounds a request's headers; net/http answers 431 past it.
+const maxHeaderBytes = 16 << 10
+
 // serve runs the HTTP API until ctx is cancelled, then drains in-flight
 // requests for up to ShutdownTimeout.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
@@ -36,7 +39,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	defer store.Close()
 	m.Pool(store.Pool())
-	m.Backlog(store.Backlog)
 	guard := idempotency.NewGuard(cfg.CacheSize, cfg.IdempotencyTTL, cfg.IdempotencyWait)
 	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
 		func() float64 { h, _ := guard.Cache().Stats(); return float64(h) })
@@ -67,8 +69,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
+	defer ln.Close() // in case serving never starts; Shutdown closes it too
 	srv := &http.Server{
 		Handler:           api,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -76,6 +80,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("listening", "addr", ln.Addr().String())
+	if cfg.MetricsAddr != "" {
+		stopMetrics, err := serveMetrics(cfg.MetricsAddr, m.Handler(), log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		// Sampled in the background on a connection of its own: a scrape does
+		// no database work, and sampling takes no connection from payments.
+		monitor, err := postgres.OpenMonitor(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return fmt.Errorf("invalid DATABASE_URL: %w", err)
+		}
+		defer monitor.Close()
+		sampler := m.Backlog(monitor.Backlog)
+		samplerCtx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
+		samplerDone := make(chan struct{})
+		go func() { defer close(samplerDone); sampler.Run(samplerCtx, cfg.MetricsSample) }()
+		defer func() { stopSampler(); <-samplerDone }()
+	}
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)
 		if err != nil {

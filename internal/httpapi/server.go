@@ -51,8 +51,8 @@ type Options struct {
 	// Guard coalesces concurrent requests per key and caches completed
 	// responses; nil gives one with no cache.
 	Guard *idempotency.Guard
-	// Metrics records requests and outcomes and is served at /metrics; nil
-	// gives a fresh set.
+	// Metrics records requests and outcomes; nil gives a fresh set. The API
+	// does not serve them: cmd/payments does, on METRICS_ADDR.
 	Metrics *metrics.Metrics
 }
 
@@ -92,7 +92,6 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Method(http.MethodGet, "/metrics", opts.Metrics.Handler())
 	r.Get("/openapi.yaml", s.spec)
 	r.Get("/problems/{slug}", s.problemDoc)
 	if opts.Docs != nil {
