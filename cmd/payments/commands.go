@@ -44,6 +44,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		func() float64 { h, _ := guard.Cache().Stats(); return float64(h) })
 	m.GaugeFunc("payments_idempotency_cache_entries", "Completed responses held in the cache.",
 		func() float64 { return float64(guard.Cache().Len()) })
+	m.GaugeFunc("payments_idempotency_cache_max_entries", "The cache's bound (IDEMPOTENCY_CACHE_SIZE).",
+		func() float64 { return float64(cfg.CacheSize) })
 	m.GaugeFunc("payments_idempotency_keys_in_flight", "Keys executing in this process (coalescing leaders).",
 		func() float64 { return float64(guard.InFlight()) })
 	if err := store.Ping(ctx); err != nil {
@@ -61,6 +63,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
 	m.CounterFunc("payments_janitor_deleted_keys_total", "Expired idempotency keys deleted by this process's janitor.",
 		func() float64 { return float64(janitor.Deleted()) })
+	m.GaugeFunc("payments_janitor_caught_up_timestamp_seconds", "When this process's janitor last left no expired key (0: never; a janitor standing aside for another never does).",
+		func() float64 {
+			if at := janitor.CaughtUp(); !at.IsZero() {
+				return float64(at.Unix())
+			}
+			return 0
+		})
 	janitorCtx, stopJanitor := context.WithCancel(context.WithoutCancel(ctx))
 	janitorDone := make(chan struct{})
 	go func() { defer close(janitorDone); janitor.Run(janitorCtx) }()
