@@ -77,7 +77,7 @@ mutants: ## Mutation-test the core packages with gremlins (slow, hours); results
 # (about two minutes), then comes from the build cache.
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
-lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml) and the OpenAPI spec (redocly)
+lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI spec (redocly) and the alerting rules (promtool)
 	@unformatted=$$(gofmt -l .) || exit 1; \
 	if [ -n "$$unformatted" ]; then \
 		echo 'gofmt: these files need formatting (gofmt -w):'; echo "$$unformatted"; exit 1; \
@@ -85,6 +85,7 @@ lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml) and the OpenAP
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 	bash scripts/lint-openapi.sh
+	bash scripts/lint-alerts.sh
 
 # Needs no Docker engine. Without the Compose plugin the compose check is
 # skipped with a warning (under CI=true it fails); scripts/install-compose.sh

@@ -1,17 +1,19 @@
 # bench-lib.sh: functions scripts/bench.sh sources; not meant to run on its own.
 #
 # They use the caller's variables: admin, clients, seconds, results, failed,
-# server_pid, port, url, metrics_sampler_pid, service_bin, shared, pgbench_shim,
-# pgref_results, holder_pid, holder_backend (see bench.sh).
+# server_pid, port, url, metrics_port, metrics_sampler_pid, service_bin, shared,
+# pgbench_shim, pgref_results, holder_pid, holder_backend (see bench.sh).
 
 # start_service DATABASE_URL LOG [VAR=value ...]: starts `payments serve` on a
-# loopback port the kernel picks, with the given environment on top of the
-# defaults, and waits until GET /readyz answers 200. Sets server_pid, port, url.
+# loopback port the kernel picks (its metrics on another, METRICS_ADDR, or on
+# the API port for a build from before it), with the given environment on top
+# of the defaults, and waits until GET /readyz answers 200. Sets server_pid,
+# port, url, metrics_port.
 # The binary is $service_bin, bin/payments when that is empty.
 start_service() {
 	local database=$1 log=$2 addr=''
 	shift 2
-	env DATABASE_URL="$database" HTTP_ADDR=127.0.0.1:0 LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$@" \
+	env DATABASE_URL="$database" HTTP_ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 METRICS_SAMPLE=1s LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$@" \
 		"${service_bin:-bin/payments}" serve >"$log" 2>&1 &
 	server_pid=$!
 	for _ in $(seq 100); do
@@ -25,6 +27,9 @@ start_service() {
 	url="http://127.0.0.1:$port"
 	for _ in $(seq 100); do ready && break; sleep 0.1; done
 	ready || die "$url/readyz did not answer 200 within 10s; see $log"
+	addr=$(sed -n 's/.*"msg":"metrics listening".*"addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
+	metrics_port=${addr##*:}
+	metrics_port=${metrics_port:-$port}
 }
 
 # stop_service: SIGTERM, then wait for the drain to finish.
@@ -49,7 +54,7 @@ ready() {
 # scrape: GET /metrics of the running service, in the Prometheus text format.
 scrape() {
 	(
-		exec 3<>"/dev/tcp/127.0.0.1/$port" || exit 1
+		exec 3<>"/dev/tcp/127.0.0.1/$metrics_port" || exit 1
 		printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
 		cat <&3
 	) 2>/dev/null | tr -d '\r'

@@ -10,9 +10,11 @@
 #     whatever NATS answers on NATS_URL, default localhost:4222 (the relay waits
 #     for one, events stay in the outbox meanwhile).
 #  2. Builds bin/payments, migrates, creates a development merchant.
-#  3. Prints a curl session with the merchant's API key, and serves on HTTP_ADDR.
+#  3. Prints a curl session with the merchant's API key, and serves on HTTP_ADDR,
+#     with Prometheus metrics on METRICS_ADDR.
 #
-# Environment: DATABASE_URL, NATS_URL, HTTP_ADDR (default :8080), POSTGRES_PORT
+# Environment: DATABASE_URL, NATS_URL, HTTP_ADDR (default :8080), METRICS_ADDR
+# (default 127.0.0.1:9464; off: none), POSTGRES_PORT
 # and NATS_PORT (host ports of the Compose postgres and nats, default 5432 and
 # 4222).
 set -euo pipefail
@@ -59,6 +61,7 @@ command -v go >/dev/null 2>&1 ||
 	die "Go is not installed (or not on PATH): install Go 1.26 or newer from https://go.dev/dl/ and run make run again."
 
 export HTTP_ADDR=${HTTP_ADDR:-:8080}
+export METRICS_ADDR=${METRICS_ADDR:-127.0.0.1:9464}
 
 # --- 1. PostgreSQL ---------------------------------------------------------------
 if [ -n "${DATABASE_URL:-}" ]; then
@@ -170,5 +173,12 @@ $session
 (also saved as bin/dev-session.sh: bash bin/dev-session.sh)
 
 EOF
+if [ "$METRICS_ADDR" = off ]; then
+	say "metrics: off (METRICS_ADDR=off)"
+else
+	mhost=${METRICS_ADDR%:*}
+	case $mhost in "" | 0.0.0.0 | "[::]" | "::") mhost=localhost ;; esac
+	say "metrics: http://$mhost:${METRICS_ADDR##*:}/metrics (METRICS_ADDR; not on the API port)"
+fi
 say "starting: payments serve on $HTTP_ADDR (Ctrl-C stops it)"
 exec bin/payments serve

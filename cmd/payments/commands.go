@@ -27,6 +27,9 @@ import (
 	"payments/migrations"
 )
 
+// maxHeaderBytes bounds a request's headers; net/http answers 431 past it.
+const maxHeaderBytes = 16 << 10
+
 // serve runs the HTTP API until ctx is cancelled, then drains in-flight
 // requests for up to ShutdownTimeout.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
@@ -37,7 +40,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	defer store.Close()
 	m.Pool(store.Pool())
-	m.Backlog(store.Backlog)
 	guard := idempotency.NewGuard(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
 	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
 		func() float64 { h, _ := guard.Cache().Stats(); return float64(h) })
@@ -47,6 +49,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		func() float64 { return float64(guard.Cache().Bytes()) })
 	m.GaugeFunc("payments_idempotency_cache_max_bytes", "The cache's byte bound, IDEMPOTENCY_CACHE_BYTES.",
 		func() float64 { return float64(cfg.CacheBytes) })
+	m.GaugeFunc("payments_idempotency_cache_max_entries", "The cache's bound (IDEMPOTENCY_CACHE_SIZE).",
+		func() float64 { return float64(cfg.CacheSize) })
 	m.GaugeFunc("payments_idempotency_keys_in_flight", "Keys executing in this process (coalescing leaders).",
 		func() float64 { return float64(guard.InFlight()) })
 	if err := store.Ping(ctx); err != nil {
@@ -64,6 +68,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
 	m.CounterFunc("payments_janitor_deleted_keys_total", "Expired idempotency keys deleted by this process's janitor.",
 		func() float64 { return float64(janitor.Deleted()) })
+	m.GaugeFunc("payments_janitor_caught_up_timestamp_seconds", "When this process's janitor last left no expired key (0: never; a janitor standing aside for another never does).",
+		func() float64 {
+			if at := janitor.CaughtUp(); !at.IsZero() {
+				return float64(at.Unix())
+			}
+			return 0
+		})
 	janitorCtx, stopJanitor := context.WithCancel(context.WithoutCancel(ctx))
 	janitorDone := make(chan struct{})
 	go func() { defer close(janitorDone); janitor.Run(janitorCtx) }()
@@ -72,8 +83,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
+	defer ln.Close() // in case serving never starts; Shutdown closes it too
 	srv := &http.Server{
 		Handler:           api,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -81,6 +94,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("listening", "addr", ln.Addr().String())
+	if cfg.MetricsAddr != "" {
+		stopMetrics, err := serveMetrics(cfg.MetricsAddr, m.Handler(), log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		// Sampled in the background on a connection of its own: a scrape does
+		// no database work, and sampling takes no connection from payments.
+		monitor, err := postgres.OpenMonitor(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return fmt.Errorf("invalid DATABASE_URL: %w", err)
+		}
+		defer monitor.Close()
+		sampler := m.Backlog(monitor.Backlog)
+		samplerCtx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
+		samplerDone := make(chan struct{})
+		go func() { defer close(samplerDone); sampler.Run(samplerCtx, cfg.MetricsSample) }()
+		defer func() { stopSampler(); <-samplerDone }()
+	}
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)
 		if err != nil {

@@ -25,6 +25,8 @@ type config struct {
 	RelayBatch      int
 	ChargeBatchSize int
 	PprofAddr       string
+	MetricsAddr     string
+	MetricsSample   time.Duration
 	ChargeBatches   int
 	RelayPoll       time.Duration
 	EventRetention  time.Duration
@@ -81,6 +83,25 @@ func (c *config) settings() []setting {
 			positiveInt(&c.ChargeBatches)},
 		{"PPROF_ADDR", "pprof-addr", "", "address of a listener serving Go's profiler (/debug/pprof/) for performance work; empty: none. Keep it on loopback",
 			func(v string) error { c.PprofAddr = v; return nil }},
+		{"METRICS_ADDR", "metrics-addr", "127.0.0.1:9464", "address of the listener serving Prometheus metrics (/metrics); off: none",
+			func(v string) error {
+				// An empty variable means the default, as for every setting.
+				if v == "off" {
+					v = ""
+				}
+				c.MetricsAddr = v
+				return nil
+			}},
+		{"METRICS_SAMPLE", "metrics-sample", "15s", "how often gauges that need the database (the outbox backlog) are sampled; at least 1s",
+			func(v string) error {
+				if err := durationInto(&c.MetricsSample)(v); err != nil {
+					return err
+				}
+				if c.MetricsSample < time.Second {
+					return fmt.Errorf("want at least 1s, got %q", v)
+				}
+				return nil
+			}},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
 			durationInto(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",

@@ -59,7 +59,8 @@ func TestServeEndToEnd(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	dbURL := pgtest.NewDatabase(t)
 	natsURL := startNATS(t)
-	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "NATS_URL": natsURL, "RELAY_POLL": "100ms"})
+	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "NATS_URL": natsURL, "RELAY_POLL": "100ms",
+		"METRICS_ADDR": "127.0.0.1:0"})
 	ctx := context.Background()
 
 	var out bytes.Buffer
@@ -164,6 +165,61 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Errorf("GET %s = %d", path, r.StatusCode)
 		}
 	}
+
+	// The metrics are on METRICS_ADDR alone.
+	r, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /metrics on the API: %d, want 404", r.StatusCode)
+	}
+	if body := scrape(t, waitForMetricsAddr(t, logs)); !strings.Contains(body, `payments_charges_total{status="succeeded"} 1`) {
+		t.Errorf("the metrics lack the charge:\n%s", body)
+	}
+	// Headers over 16 KiB (plus net/http's 4 KiB of slack) are refused.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/healthz", nil)
+	req.Header.Set("X-Padding", strings.Repeat("p", 24<<10))
+	if r, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a 24 KiB header: %d, want 431", r.StatusCode)
+	}
+}
+
+var metricsListening = regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)"`)
+
+// waitForMetricsAddr returns the METRICS_ADDR listener's address, once serve
+// has logged it.
+func waitForMetricsAddr(t *testing.T, logs *lockedBuffer) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := metricsListening.FindStringSubmatch(logs.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("serve did not report its metrics address; logs:\n%s", logs.String())
+	return ""
+}
+
+// scrape GETs /metrics at addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	r, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", r.StatusCode, err)
+	}
+	return string(b)
 }
 
 // migrated matches what migrate prints once every migration is applied.
@@ -212,6 +268,8 @@ func TestBadConfigurationNamesTheVariable(t *testing.T) {
 		{"log level", map[string]string{"LOG_LEVEL": "loud"}, nil, "LOG_LEVEL"},
 		{"flag overrides env", map[string]string{"IDEMPOTENCY_TTL": "1h"}, []string{"--idempotency-ttl", "soon"}, "--idempotency-ttl"},
 		{"database url", map[string]string{"DATABASE_URL": "::not a url"}, nil, "DATABASE_URL"},
+		{"metrics sample", map[string]string{"METRICS_SAMPLE": "500ms"}, nil, "METRICS_SAMPLE"},
+		{"metrics addr", map[string]string{"METRICS_ADDR": "127.0.0.1:-1"}, nil, "METRICS_ADDR"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -130,6 +130,7 @@ func newService(t *testing.T, bin string, cfg serviceConfig) *service {
 	s.env = []string{
 		"DATABASE_URL=" + cfg.databaseURL,
 		"HTTP_ADDR=" + s.addr,
+		"METRICS_ADDR=127.0.0.1:0", // replicas side by side
 		"DB_MAX_CONNS=8",
 		"IDEMPOTENCY_WAIT=2s",
 		"SHUTDOWN_TIMEOUT=2s",

@@ -53,8 +53,8 @@ type Options struct {
 	// Guard coalesces concurrent requests per key and caches completed
 	// responses; nil gives one with no cache.
 	Guard *idempotency.Guard
-	// Metrics records requests and outcomes and is served at /metrics; nil
-	// gives a fresh set.
+	// Metrics records requests and outcomes; nil gives a fresh set. The API
+	// does not serve them: cmd/payments does, on METRICS_ADDR.
 	Metrics *metrics.Metrics
 }
 
@@ -78,23 +78,22 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer, s.canonicalPost)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		s.writeProblem(w, newProblem(probNotFound, "no route for "+r.Method+" "+r.URL.Path))
+		s.writeProblem(w, newProblem(probNotFound, "no route for "+methodName(r.Method)+" "+r.URL.Path))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		// chi's own 405 handler sets Allow; a custom one must (RFC 9110 15.5.6).
 		var allowed []string
-		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		for _, m := range knownMethods {
 			if s.router.Match(chi.NewRouteContext(), m, r.URL.Path) {
 				allowed = append(allowed, m)
 			}
 		}
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		s.writeProblem(w, newProblem(probMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path))
+		s.writeProblem(w, newProblem(probMethodNotAllowed, methodName(r.Method)+" is not allowed on "+r.URL.Path))
 	})
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Method(http.MethodGet, "/metrics", opts.Metrics.Handler())
 	r.Get("/openapi.yaml", s.spec)
 	r.Get("/problems/{slug}", s.problemDoc)
 	if opts.Docs != nil {
@@ -155,6 +154,22 @@ func merchantFrom(ctx context.Context) uuid.UUID {
 	return id
 }
 
+// knownMethods are the methods named in metrics and logs; any other is OTHER.
+var knownMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// methodName is the request method as metrics and logs show it: one of
+// knownMethods or OTHER, so a client cannot add series or log volume by
+// inventing methods.
+func methodName(m string) string {
+	for _, k := range knownMethods {
+		if m == k {
+			return k
+		}
+	}
+	return "OTHER"
+}
+
 // accessLog writes one structured line per request. It never logs headers or
 // bodies, which carry API keys and idempotency keys.
 func (s *Server) accessLog(next http.Handler) http.Handler {
@@ -163,10 +178,11 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 		route := chi.RouteContext(r.Context()).RoutePattern()
-		s.opts.Metrics.Request(route, r.Method, ww.Status(), time.Since(start))
+		method := methodName(r.Method)
+		s.opts.Metrics.Request(route, method, ww.Status(), time.Since(start))
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", requestIDFrom(r.Context())),
-			slog.String("method", r.Method),
+			slog.String("method", method),
 			slog.String("route", route),
 			slog.Int("status", ww.Status()),
 			slog.Int("bytes", ww.BytesWritten()),

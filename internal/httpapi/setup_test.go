@@ -19,6 +19,7 @@ import (
 
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
+	"payments/internal/metrics"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
@@ -36,6 +37,7 @@ type fixture struct {
 	apiKey     string
 	logs       *syncBuffer
 	guard      *idempotency.Guard // the server's; its cache counts hits
+	metrics    *metrics.Metrics   // the server's; scrape them with scrape
 }
 
 type setupOptions struct {
@@ -68,12 +70,13 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	guard := idempotency.NewGuard(o.cacheSize, 64<<20, 24*time.Hour, o.keyWait)
+	m := metrics.New()
 	srv := httptest.NewServer(httpapi.New(store, log, httpapi.Options{
-		Spec: []byte("openapi: 3.1.0\n"), Guard: guard,
+		Spec: []byte("openapi: 3.1.0\n"), Guard: guard, Metrics: m,
 	}))
 	t.Cleanup(srv.Close)
 
-	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs, guard: guard}
+	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs, guard: guard, metrics: m}
 	f.merchantID, f.apiKey, err = store.CreateMerchant(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +94,18 @@ func (f *fixture) otherMerchant() *fixture {
 		f.t.Fatal(err)
 	}
 	return &g
+}
+
+// scrape returns the server's metrics in the Prometheus text format, as
+// cmd/payments serves them on METRICS_ADDR.
+func (f *fixture) scrape() string {
+	f.t.Helper()
+	rec := httptest.NewRecorder()
+	f.metrics.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		f.t.Fatalf("scrape: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
 }
 
 // reply is a response with its body read.

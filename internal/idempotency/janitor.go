@@ -25,6 +25,7 @@ type Janitor struct {
 	batch    int
 	pause    time.Duration
 	deleted  atomic.Int64
+	caughtUp atomic.Int64 // unix seconds of the last sweep that left no expired key
 }
 
 // NewJanitor returns a janitor deleting keys older than ttl every interval, in
@@ -61,7 +62,11 @@ func (j *Janitor) Sweep(ctx context.Context) int64 {
 		}
 		total += n
 		j.deleted.Add(n)
-		if !ran || n < int64(j.batch) {
+		if !ran {
+			break
+		}
+		if n < int64(j.batch) {
+			j.caughtUp.Store(time.Now().Unix())
 			break
 		}
 		select {
@@ -73,6 +78,15 @@ func (j *Janitor) Sweep(ctx context.Context) int64 {
 		j.log.Info("janitor: expired idempotency keys deleted", "deleted", total)
 	}
 	return total
+}
+
+// CaughtUp reports when a sweep of this janitor last left no expired key;
+// zero if none has. A janitor that stands aside for another never catches up.
+func (j *Janitor) CaughtUp() time.Time {
+	if s := j.caughtUp.Load(); s != 0 {
+		return time.Unix(s, 0)
+	}
+	return time.Time{}
 }
 
 // Deleted reports how many keys this janitor has deleted.

@@ -8,6 +8,8 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -103,22 +105,77 @@ func (m *Metrics) Pool(pool *pgxpool.Pool) {
 	m.CounterFunc("payments_db_pool_acquire_wait_seconds_total", "Time spent waiting for connections.", stat(func(s *pgxpool.Stat) float64 { return s.AcquireDuration().Seconds() }))
 }
 
-// Backlog registers the outbox backlog, read with backlog (bounded to a
-// second per scrape).
-func (m *Metrics) Backlog(backlog func(context.Context) (int64, time.Duration, error)) {
-	read := func(pick func(int64, time.Duration) float64) func() float64 {
+// BacklogSampler reads the outbox backlog in the background and holds the
+// last sample, so a scrape never queries the database.
+type BacklogSampler struct {
+	read    func(context.Context) (int64, time.Duration, error)
+	mu      sync.Mutex
+	count   int64         // -1 until the first sample
+	oldest  time.Duration // -1 until the first sample
+	at      time.Time     // when the last good sample was taken
+	samples atomic.Int64
+	errors  atomic.Int64
+}
+
+// Backlog registers the outbox backlog gauges, fed by the returned sampler's
+// Run with read.
+func (m *Metrics) Backlog(read func(context.Context) (int64, time.Duration, error)) *BacklogSampler {
+	b := &BacklogSampler{read: read, count: -1, oldest: -1}
+	last := func(pick func(*BacklogSampler) float64) func() float64 {
 		return func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			n, age, err := backlog(ctx)
-			if err != nil {
-				return -1
-			}
-			return pick(n, age)
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return pick(b)
 		}
 	}
-	m.GaugeFunc("payments_outbox_backlog_events", "Events not yet published (-1: the database did not answer).",
-		read(func(n int64, _ time.Duration) float64 { return float64(n) }))
-	m.GaugeFunc("payments_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished event: the publish lag.",
-		read(func(_ int64, age time.Duration) float64 { return age.Seconds() }))
+	m.GaugeFunc("payments_outbox_backlog_events", "Events not yet published, as last sampled (-1: no sample yet).",
+		last(func(b *BacklogSampler) float64 { return float64(b.count) }))
+	m.GaugeFunc("payments_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished event, as last sampled: the publish lag (-1: no sample yet).",
+		last(func(b *BacklogSampler) float64 {
+			if b.oldest < 0 {
+				return -1
+			}
+			return b.oldest.Seconds()
+		}))
+	m.GaugeFunc("payments_outbox_sample_age_seconds", "Seconds since the outbox backlog was last sampled (-1: never).",
+		last(func(b *BacklogSampler) float64 {
+			if b.at.IsZero() {
+				return -1
+			}
+			return time.Since(b.at).Seconds()
+		}))
+	m.CounterFunc("payments_outbox_samples_total", "Outbox backlog samples taken.",
+		func() float64 { return float64(b.samples.Load()) })
+	m.CounterFunc("payments_outbox_sample_errors_total", "Outbox backlog samples that failed (the last good one stays).",
+		func() float64 { return float64(b.errors.Load()) })
+	return b
+}
+
+// Run samples at once and then every interval until ctx ends; a sample may
+// take at most interval.
+func (b *BacklogSampler) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		b.sample(ctx, interval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *BacklogSampler) sample(ctx context.Context, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	n, oldest, err := b.read(ctx)
+	b.samples.Add(1)
+	if err != nil {
+		b.errors.Add(1)
+		return
+	}
+	b.mu.Lock()
+	b.count, b.oldest, b.at = n, oldest, time.Now()
+	b.mu.Unlock()
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/internal/payment"
 )
@@ -149,11 +150,18 @@ func (l *OutboxLease) Prune(ctx context.Context, retention time.Duration, batch 
 // Backlog reports how many events wait to be published, and the age of the
 // oldest.
 func (s *Store) Backlog(ctx context.Context) (count int64, oldest time.Duration, err error) {
-	var age *float64
-	err = s.pool.QueryRow(ctx, `
+	return backlog(ctx, s.pool)
+}
+
+const backlogSQL = `
 SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
-FROM events WHERE published_at IS NULL`).Scan(&count, &age)
-	if err != nil {
+FROM events WHERE published_at IS NULL`
+
+func backlog(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (count int64, oldest time.Duration, err error) {
+	var age *float64
+	if err := q.QueryRow(ctx, backlogSQL).Scan(&count, &age); err != nil {
 		return 0, 0, interpret(fmt.Errorf("outbox backlog: %w", err))
 	}
 	if age != nil {
@@ -161,6 +169,34 @@ FROM events WHERE published_at IS NULL`).Scan(&count, &age)
 	}
 	return count, oldest, nil
 }
+
+// Monitor reads the outbox backlog for the metrics on a connection of its own
+// (at most one), so sampling never takes a connection from the payments.
+type Monitor struct{ pool *pgxpool.Pool }
+
+// OpenMonitor returns a Monitor of the database at databaseURL; it connects
+// on first use. It returns an error only for an invalid URL.
+func OpenMonitor(ctx context.Context, databaseURL string) (*Monitor, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["application_name"] = "payments-metrics"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create monitor pool: %w", err)
+	}
+	return &Monitor{pool: pool}, nil
+}
+
+// Backlog is Store.Backlog on the monitor's connection.
+func (m *Monitor) Backlog(ctx context.Context) (count int64, oldest time.Duration, err error) {
+	return backlog(ctx, m.pool)
+}
+
+// Close closes the monitor's connection.
+func (m *Monitor) Close() { m.pool.Close() }
 
 // BalanceEffect is what one event does to the consumer's balance projection.
 type BalanceEffect struct {

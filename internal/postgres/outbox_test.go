@@ -52,10 +52,17 @@ WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE da
 }
 
 // TestBacklog reports the unpublished events and the age of the oldest, which
-// /metrics exports as the relay's lag.
+// the metrics export as the relay's lag; a Monitor reads the same on its own
+// connection.
 func TestBacklog(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, pgtest.NewDatabase(t))
+	url := pgtest.NewDatabase(t)
+	s := open(t, url)
+	mon, err := postgres.OpenMonitor(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mon.Close)
 	if n, age, err := s.Backlog(ctx); err != nil || n != 0 || age != 0 {
 		t.Fatalf("empty outbox: %d events, oldest %v, %v; want 0, 0", n, age, err)
 	}
@@ -81,6 +88,11 @@ WHERE id = (SELECT id FROM events ORDER BY created_at LIMIT 1)`); err != nil {
 	if err != nil || n != 2 || age < 90*time.Minute || age > 91*time.Minute {
 		t.Errorf("Backlog = %d events, oldest %v, %v; want 2, 90 minutes", n, age, err)
 	}
+	n, age, err = mon.Backlog(ctx)
+	if err != nil || n != 2 || age < 90*time.Minute || age > 91*time.Minute {
+		t.Errorf("Monitor.Backlog = %d events, oldest %v, %v; want 2, 90 minutes", n, age, err)
+	}
+
 	if _, err := s.Pool().Exec(ctx, `UPDATE events SET published_at = now()`); err != nil {
 		t.Fatal(err)
 	}

@@ -70,8 +70,15 @@ SELECT $1::uuid, 'live-' || g, '\x00'::bytea, 201, '{}'::bytea, now() - interval
 	}
 
 	j := idempotency.NewJanitor(s, slog.New(slog.NewTextHandler(io.Discard, nil)), 24*time.Hour, time.Hour, 1000, time.Millisecond)
+	if !j.CaughtUp().IsZero() {
+		t.Error("a janitor that never swept has caught up")
+	}
+	began := time.Now().Truncate(time.Second)
 	if n := j.Sweep(ctx); n != 2500 {
 		t.Errorf("swept %d keys, want 2500", n)
+	}
+	if at := j.CaughtUp(); at.Before(began) {
+		t.Errorf("after a whole sweep, caught up at %v, want since %v", at, began)
 	}
 	var old, live int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE key LIKE 'old-%'), count(*) FILTER (WHERE key LIKE 'live-%') FROM idempotency_keys`).Scan(&old, &live); err != nil {
@@ -99,8 +106,8 @@ func TestJanitorStopsAtADatabaseError(t *testing.T) {
 	j := idempotency.NewJanitor(s, slog.New(slog.NewTextHandler(&logs, nil)), 24*time.Hour, time.Hour, 1000, time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if n := j.Sweep(ctx); n != 0 {
-		t.Errorf("swept %d keys without a database", n)
+	if n := j.Sweep(ctx); n != 0 || !j.CaughtUp().IsZero() {
+		t.Errorf("swept %d keys without a database, caught up at %v", n, j.CaughtUp())
 	}
 	if ctx.Err() != nil {
 		t.Error("the sweep ran until its context ended instead of stopping at the error")

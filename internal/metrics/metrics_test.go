@@ -1,0 +1,90 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"payments/internal/metrics"
+)
+
+func scrape(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("scrape: %d", rec.Code)
+	}
+	return rec.Body.String()
+}
+
+// TestBacklogSampled: 100 scrapes read the backlog 0 times; the gauges show
+// the last sample.
+func TestBacklogSampled(t *testing.T) {
+	m := metrics.New()
+	var reads atomic.Int64
+	b := m.Backlog(func(context.Context) (int64, time.Duration, error) {
+		reads.Add(1)
+		return 400_000, 90 * time.Second, nil
+	})
+	if body := scrape(t, m); !strings.Contains(body, "payments_outbox_backlog_events -1\n") ||
+		!strings.Contains(body, "payments_outbox_sample_age_seconds -1\n") {
+		t.Errorf("before any sample, want -1:\n%s", body)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx, time.Hour) }()
+	defer func() { cancel(); <-done }()
+	for reads.Load() == 0 || !strings.Contains(scrape(t, m), "payments_outbox_samples_total 1\n") {
+		time.Sleep(time.Millisecond)
+	}
+
+	before := reads.Load()
+	var body string
+	for range 100 {
+		body = scrape(t, m)
+	}
+	if got := reads.Load() - before; got != 0 {
+		t.Errorf("100 scrapes read the backlog %d times, want 0", got)
+	}
+	for _, want := range []string{
+		"payments_outbox_backlog_events 400000\n",
+		"payments_outbox_oldest_unpublished_seconds 90\n",
+		"payments_outbox_sample_errors_total 0\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the metrics lack %q", want)
+		}
+	}
+}
+
+// TestBacklogSampleFails: a failed sample is counted and leaves the last good
+// one, whose age keeps growing.
+func TestBacklogSampleFails(t *testing.T) {
+	m := metrics.New()
+	var calls atomic.Int64
+	b := m.Backlog(func(context.Context) (int64, time.Duration, error) {
+		if calls.Add(1) > 1 {
+			return 0, 0, errors.New("database down")
+		}
+		return 7, time.Second, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx, 10*time.Millisecond) }()
+	for !strings.Contains(scrape(t, m), "payments_outbox_sample_errors_total 3\n") {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	body := scrape(t, m)
+	if !strings.Contains(body, "payments_outbox_backlog_events 7\n") || strings.Contains(body, "payments_outbox_sample_age_seconds 0\n") {
+		t.Errorf("after failed samples, want the last good one (7) and a growing age:\n%s", body)
+	}
+}
