@@ -31,9 +31,9 @@
 #  7. Large table (unless BENCH_LARGE=0): on a second scratch database, fresh on
 #     an empty table, then seeds BENCH_LARGE_KEYS live keys and runs fresh twice,
 #     then truncates the table and runs fresh on it empty again.
-#  8. Go benchmarks: the stored body size (zstd) and the relay's
-#     commit-to-publish delay (issue 4). The key claim overhead is not measured
-#     here any more (see the placeholder in step 8).
+#  8. Go benchmarks: the key claim's overhead on the group-committed path
+#     (BENCH_CLAIM_COUNT interleaved runs, default 5), the stored body size
+#     (zstd) and the relay's commit-to-publish delay (issue 4).
 #  9. Writes the report; stops the service and drops the scratch databases on exit.
 #
 # Environment:
@@ -118,9 +118,8 @@ scratch="${base%/*}/$db$query"
 scratch_large="${base%/*}/$db_large$query"
 mkdir -p bin "$(dirname "$report")"
 # What an earlier run left would otherwise mix with this run's logs and samples.
-# bin/bench-go-claim.txt is not this script's: it stays (see step 8).
 rm -f bin/bench-server*.log bin/bench-*.err bin/bench-heap-*.txt bin/bench-janitor-*.txt bin/bench-held-*.txt
-find bin -maxdepth 1 -name 'bench-go-*.txt' ! -name bench-go-claim.txt -delete
+find bin -maxdepth 1 -name 'bench-go-*.txt' -delete
 server_log=bin/bench-server.log
 results=bin/bench-results.jsonl
 storm_samples=bin/bench-storm-activity.txt
@@ -600,19 +599,25 @@ go_metric() { awk -v u="$2" '/^Benchmark/ { for (i = 3; i <= NF; i++) if ($i == 
 # go_failure FILE: the first lines that say why go test failed.
 go_failure() { grep -v -E '^(goos|goarch|pkg|cpu|pgtest):' "$1" | head -n 3 | tr '\n' ' ' | cut -c1-300; }
 
-# Placeholder, not a measurement: BenchmarkKeyClaimOverhead priced the key claim
-# inside the one-statement charge, which group commit removed, and it went
-# with it. Its successor is measured elsewhere. When its output is in
-# bin/bench-go-claim.txt (this script never deletes or writes that file), the
-# report quotes its Benchmark lines, with the file's date, and judges nothing.
-claim_file=bin/bench-go-claim.txt
-if [ -s "$claim_file" ]; then
-	claim_result='not judged (placeholder)'
-	claim_figure="quoted from $claim_file, written $(date -u -r "$claim_file" '+%Y-%m-%d %H:%M UTC'), not by this run: $({ grep '^Benchmark' "$claim_file" || true; } | head -n 6 | tr -s ' \t' ' ' | paste -sd ';' - | sed 's/;/; /g' | cut -c1-600)"
-	[[ $claim_figure != *": " ]] || claim_figure+="(no Benchmark lines in it)"
+# The key's price on the group-committed path: BenchmarkKeyClaimOverhead runs
+# the same batches with and without the key (locks, lookup, key rows), 16
+# goroutines over 1,000 accounts, interleaved BENCH_CLAIM_COUNT times; the
+# overhead is the ratio of the medians, minus one.
+claim_count=${BENCH_CLAIM_COUNT:-5}
+say "go benchmark KeyClaimOverhead (-count $claim_count)"
+if go_bench KeyClaimOverhead ./internal/postgres/ -benchtime 20000x -count "$claim_count"; then
+	f=bin/bench-go-KeyClaimOverhead.txt
+	with=$(awk '/^BenchmarkKeyClaimOverhead\/with-key/ { print $3 }' "$f" | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
+	without=$(awk '/^BenchmarkKeyClaimOverhead\/without-key/ { print $3 }' "$f" | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
+	if [ -n "$with" ] && [ -n "$without" ]; then
+		claim_pct=$(awk -v w="$with" -v o="$without" 'BEGIN { printf "%.1f", 100 * (w / o - 1) }')
+		claim_result=$(verdict_le "$claim_pct" 10)
+		claim_figure="$claim_pct % (median of $claim_count interleaved runs: $(awk -v n="$with" 'BEGIN { printf "%.0f", n / 1000 }') µs a charge with the key, $(awk -v n="$without" 'BEGIN { printf "%.0f", n / 1000 }') µs without; all runs in bin/bench-go-KeyClaimOverhead.txt)"
+	else
+		claim_result='not measured' claim_figure="go test printed no with-key/without-key lines (bin/bench-go-KeyClaimOverhead.txt)"
+	fi
 else
-	claim_result='not measured (placeholder)'
-	claim_figure="BenchmarkKeyClaimOverhead left internal/postgres with the one-statement charge it priced; its successor is measured elsewhere. Put its output in $claim_file and this row quotes it"
+	claim_result='not measured' claim_figure="go test failed: $(go_failure bin/bench-go-KeyClaimOverhead.txt)"
 fi
 say "  key claim overhead: $claim_result"
 
@@ -795,7 +800,7 @@ no charge was lost or made twice.
 |---|---|---|
 | fresh charges/s ≥ 0.6 × reference_tps | $(verdict "$fresh_ratio" 0.6) | $fresh_ratio × ($fresh_cps charges/s vs reference_tps $reference_tps) |
 | replays/s ≥ 2 × fresh charges/s | $(verdict "$replay_ratio" 2) | $replay_ratio × ($replay_rps replays/s vs $fresh_cps fresh charges/s) |
-| key-claim overhead: see BenchmarkKeyClaimOverhead (**placeholder**, measured elsewhere) | $claim_result | $claim_figure |
+| key-claim overhead ≤ 10 % (`go test -run '^$' -bench KeyClaimOverhead -benchtime 20000x -count $claim_count ./internal/postgres/`) | $claim_result | $claim_figure |
 | storm of $clients clients on one key: one pooled connection for that key | $storm_result | $storm_figure |
 | janitor deleting $janitor_keys expired keys: fresh p99 ≤ 2 × p99 without it | $janitor_result | $janitor_figure |
 | fresh p50 with $large_keys keys ≤ 1.3 × empty table | $large_result | $large_figure |
@@ -816,9 +821,9 @@ The service's own CPU per charge, measured in this run: $(or_dash "${cpu_ms[afte
 (ordering charges and events by their UUIDv7 keys instead of separate
 sequences), no charges → accounts foreign key, a cheaper access log.
 
-The **key-claim overhead** row is a placeholder: the benchmark that priced
-the claim inside the one-statement charge went with that path, and its
-successor is measured outside \`make bench\`.
+The **key-claim overhead** row prices the key on the group-committed path:
+the same batches with the key's lock, lookup and row taken out of their
+statements (\`postgres.Store.WithoutKeys\`, test-only) against the real ones.
 
 The runs behind the last rows, with the same columns as above (every one checks
 the balances afterwards, as the scenarios do), and the 1-minute load average
@@ -833,9 +838,9 @@ EOF
 
 ### How the further targets are measured
 
-**Key-claim overhead.** Not measured by \`make bench\` (placeholder): when
-\`bin/bench-go-claim.txt\` holds the output of the new BenchmarkKeyClaimOverhead,
-its row quotes the Benchmark lines and the file's date.
+**Key-claim overhead.** BenchmarkKeyClaimOverhead: 16 goroutines charge 1,000
+accounts through \`Store.CreateCharge\`, with and without the key,
+interleaved $claim_count times; the overhead is the ratio of the medians.
 
 **Janitor.** $janitor_keys expired keys (created 25 to 26 h ago, UUID-shaped keys,
 ~280-byte bodies, 32-byte fingerprints, status 201) were seeded into the scratch
