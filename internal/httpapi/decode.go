@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"payments/internal/idempotency"
@@ -43,19 +43,19 @@ func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idem
 		}
 		return idempotency.Request{}, false
 	}
-	canonical, err := idempotency.Canonicalize(body)
+	doc, err := idempotency.Parse(body)
 	if err != nil {
 		s.writeProblem(w, newProblem(probInvalidRequest, err.Error()))
 		return idempotency.Request{}, false
 	}
-	if p, ok := decodeStrict(body, dst); !ok {
+	if p, ok := decodeDocument(doc.Value, dst); !ok {
 		s.writeProblem(w, p)
 		return idempotency.Request{}, false
 	}
 	return idempotency.Request{
 		MerchantID:  merchantFrom(r.Context()),
 		Key:         key,
-		Fingerprint: idempotency.NewFingerprint(r.Method, r.URL.Path, canonical),
+		Fingerprint: idempotency.NewFingerprint(r.Method, r.URL.Path, doc.Canonical),
 	}, true
 }
 
@@ -93,104 +93,123 @@ func checkContentType(ct string) (problem, bool) {
 	return problem{}, true
 }
 
-// decodeStrict decodes one JSON object into dst, refusing unknown fields and
-// wrong types with a detail that names the field.
+// decodeStrict parses body and decodes it into dst, as readPost does.
 func decodeStrict(body []byte, dst any) (problem, bool) {
-	// encoding/json matches member names case-insensitively, so {"amount":5,
-	// "Amount":6} would decode by member order while its canonical form (and
-	// so the fingerprint) ignores that order. Only exact names are accepted.
-	if name, ok := inexactMember(body, dst); !ok {
-		p := newProblem(probInvalidRequest, fmt.Sprintf("unknown field %q (names are case-sensitive)", name))
-		p.Field = name
+	doc, err := idempotency.Parse(body)
+	if err != nil {
+		return newProblem(probInvalidRequest, err.Error()), false
+	}
+	return decodeDocument(doc.Value, dst)
+}
+
+// decodeDocument fills the struct dst points to from a parsed JSON object,
+// matching member names exactly to its fields' json tags (encoding/json would
+// match them case-insensitively, so {"amount":5,"Amount":6} would decode by
+// member order while the fingerprint ignores that order). It refuses unknown
+// members and wrong types with a detail that names the member; null leaves a
+// field as it is. dst's fields are strings, *string, *int64 and
+// map[string]string, all the request bodies need.
+func decodeDocument(doc any, dst any) (problem, bool) {
+	refuse := func(field, format string, args ...any) (problem, bool) {
+		p := newProblem(probInvalidRequest, fmt.Sprintf(format, args...))
+		p.Field = field
 		return p, false
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil {
-		return problem{}, true
-	}
-	var (
-		typeErr *json.UnmarshalTypeError
-		p       = newProblem(probInvalidRequest, "")
-	)
+	members, isObject := doc.([]idempotency.Member)
 	switch {
-	case errors.As(err, &typeErr) && typeErr.Field == "":
-		p.Detail = "the request body must be a JSON object, got " + typeErr.Value
-	case errors.As(err, &typeErr):
-		p.Field, p.Detail = typeErr.Field, fmt.Sprintf("%s must be %s, got %s", typeErr.Field, describeType(typeErr.Type), typeErr.Value)
-		if key, ok := mapMember(body, dst, typeErr); ok {
-			p.Field = typeErr.Field + "." + key
-			p.Detail = fmt.Sprintf("%s must be %s, got %s", p.Field, describeType(typeErr.Type), typeErr.Value)
-		}
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		p.Field = name
-		p.Detail = fmt.Sprintf("unknown field %q", name)
-	default:
-		p.Detail = "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")
+	case doc == nil:
+		return problem{}, true // null: an empty request, as encoding/json decodes it
+	case !isObject:
+		return refuse("", "the request body must be a JSON object, got %s", kindOf(doc))
 	}
-	return p, false
-}
-
-// inexactMember returns the first top-level member of a JSON object body whose
-// name is not exactly one of dst's fields, and false. Anything but an object
-// passes, for the decoder to refuse with its own message.
-func inexactMember(body []byte, dst any) (string, bool) {
-	var members map[string]json.RawMessage
-	if json.Unmarshal(body, &members) != nil {
-		return "", true
-	}
-	t := reflect.TypeOf(dst).Elem()
-	for name := range members {
-		known := false
-		for i := range t.NumField() {
-			if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == name {
-				known = true
-				break
+	v := reflect.ValueOf(dst).Elem()
+	t := v.Type()
+	for _, m := range members {
+		i := fieldIndex(t, m.Name)
+		if i < 0 {
+			for j := range t.NumField() {
+				if strings.EqualFold(jsonName(t.Field(j)), m.Name) {
+					return refuse(m.Name, "unknown field %q (names are case-sensitive)", m.Name)
+				}
 			}
+			return refuse(m.Name, "unknown field %q", m.Name)
 		}
-		if !known {
-			return name, false
+		if m.Value == nil {
+			continue
+		}
+		f := v.Field(i)
+		switch f.Interface().(type) {
+		case string, *string:
+			s, ok := m.Value.(string)
+			if !ok {
+				return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+			}
+			if f.Kind() == reflect.String {
+				f.SetString(s)
+			} else {
+				f.Set(reflect.ValueOf(&s))
+			}
+		case *int64:
+			n, ok := m.Value.(json.Number)
+			if !ok {
+				return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+			}
+			i, err := strconv.ParseInt(string(n), 10, 64)
+			if err != nil {
+				return refuse(m.Name, "%s must be %s, got number %s", m.Name, describeType(f.Type()), n)
+			}
+			f.Set(reflect.ValueOf(&i))
+		case map[string]string:
+			object, ok := m.Value.([]idempotency.Member)
+			if !ok {
+				return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+			}
+			values := make(map[string]string, len(object))
+			for _, e := range object {
+				s, ok := e.Value.(string)
+				if !ok {
+					field := m.Name + "." + e.Name
+					return refuse(field, "%s must be a string, got %s", field, kindOf(e.Value))
+				}
+				values[e.Name] = s
+			}
+			f.Set(reflect.ValueOf(values))
+		default:
+			panic("httpapi: request field " + t.Field(i).Name + " has a type decodeDocument does not handle")
 		}
 	}
-	return "", true
+	return problem{}, true
 }
 
-// mapMember names the member at fault when typeErr is about a value inside a
-// map field of dst (metadata): encoding/json names only the field. It reports
-// the first member, in document order, that does not decode.
-func mapMember(body []byte, dst any, typeErr *json.UnmarshalTypeError) (string, bool) {
-	t := reflect.TypeOf(dst).Elem()
-	var field reflect.Type
+func fieldIndex(t reflect.Type, name string) int {
 	for i := range t.NumField() {
-		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == typeErr.Field {
-			field = t.Field(i).Type
+		if jsonName(t.Field(i)) == name {
+			return i
 		}
 	}
-	if field == nil || field.Kind() != reflect.Map || field.Elem() != typeErr.Type {
-		return "", false
+	return -1
+}
+
+func jsonName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name
+}
+
+// kindOf names a parsed JSON value's kind as encoding/json's errors do.
+func kindOf(v any) string {
+	switch v.(type) {
+	case []idempotency.Member:
+		return "object"
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case json.Number:
+		return "number"
+	case bool:
+		return "bool"
 	}
-	var members map[string]json.RawMessage
-	if json.Unmarshal(body, &members) != nil {
-		return "", false
-	}
-	dec := json.NewDecoder(bytes.NewReader(members[typeErr.Field]))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return "", false
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		key, isKey := tok.(string)
-		var value json.RawMessage
-		if err != nil || !isKey || dec.Decode(&value) != nil {
-			return "", false
-		}
-		if json.Unmarshal(value, reflect.New(typeErr.Type).Interface()) != nil {
-			return key, true
-		}
-	}
-	return "", false
+	return "null"
 }
 
 func describeType(t reflect.Type) string {

@@ -16,6 +16,22 @@ import (
 // maxDepth bounds nesting so a hostile body cannot exhaust the stack.
 const maxDepth = 64
 
+// Document is a JSON body parsed once: its canonical form, which the
+// fingerprint covers, and the value it decodes to, from which a handler takes
+// its fields without parsing the body again.
+type Document struct {
+	Canonical []byte
+	// Value is nil (null), a bool, a string, a json.Number (the literal as
+	// sent), an []any, or an []Member for an object, in document order.
+	Value any
+}
+
+// Member is one member of a JSON object.
+type Member struct {
+	Name  string
+	Value any
+}
+
 // Canonicalize returns the canonical form of the JSON document in body: no
 // insignificant whitespace, object members sorted by key, strings re-escaped
 // uniformly and numbers in one exact form per value (1, 1.0 and 10e-1 are all
@@ -24,32 +40,39 @@ const maxDepth = 64
 // JSON value, invalid UTF-8, duplicate object keys (their meaning is ambiguous)
 // and nesting deeper than 64; the error names the problem.
 func Canonicalize(body []byte) ([]byte, error) {
+	doc, err := Parse(body)
+	return doc.Canonical, err
+}
+
+// Parse is Canonicalize that also returns the decoded value, in one pass.
+func Parse(body []byte) (Document, error) {
 	if !utf8.Valid(body) {
-		return nil, errors.New("body is not valid UTF-8")
+		return Document{}, errors.New("body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var out bytes.Buffer
 	out.Grow(len(body))
-	if err := canonicalValue(dec, &out, 0); err != nil {
+	v, err := canonicalValue(dec, &out, 0)
+	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, errors.New("body is empty or ends too early")
+			return Document{}, errors.New("body is empty or ends too early")
 		}
-		return nil, err
+		return Document{}, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("unexpected data after the JSON value")
+		return Document{}, errors.New("unexpected data after the JSON value")
 	}
-	return out.Bytes(), nil
+	return Document{Canonical: out.Bytes(), Value: v}, nil
 }
 
-func canonicalValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
+func canonicalValue(dec *json.Decoder, out *bytes.Buffer, depth int) (any, error) {
 	if depth > maxDepth {
-		return fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
+		return nil, fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
 	}
 	tok, err := dec.Token()
 	if err != nil {
-		return syntaxError(err)
+		return nil, syntaxError(err)
 	}
 	switch v := tok.(type) {
 	case json.Delim:
@@ -66,36 +89,41 @@ func canonicalValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 	case nil:
 		out.WriteString("null")
 	}
-	return nil
+	return tok, nil
 }
 
-func canonicalObject(dec *json.Decoder, out *bytes.Buffer, depth int) error {
+func canonicalObject(dec *json.Decoder, out *bytes.Buffer, depth int) ([]Member, error) {
 	type member struct {
 		key   string
 		value []byte
 	}
-	var members []member
+	var (
+		members []member
+		decoded []Member
+	)
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return syntaxError(err)
+			return nil, syntaxError(err)
 		}
 		key := tok.(string) // the decoder only yields strings in key position
 		var value bytes.Buffer
-		if err := canonicalValue(dec, &value, depth+1); err != nil {
-			return err
+		v, err := canonicalValue(dec, &value, depth+1)
+		if err != nil {
+			return nil, err
 		}
 		members = append(members, member{key, value.Bytes()})
+		decoded = append(decoded, Member{key, v})
 	}
 	if _, err := dec.Token(); err != nil { // '}'
-		return syntaxError(err)
+		return nil, syntaxError(err)
 	}
 	slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
 	out.WriteByte('{')
 	for i, m := range members {
 		if i > 0 {
 			if members[i-1].key == m.key {
-				return fmt.Errorf("duplicate key %q in JSON object", m.key)
+				return nil, fmt.Errorf("duplicate key %q in JSON object", m.key)
 			}
 			out.WriteByte(',')
 		}
@@ -104,24 +132,30 @@ func canonicalObject(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 		out.Write(m.value)
 	}
 	out.WriteByte('}')
-	return nil
+	if decoded == nil {
+		decoded = []Member{}
+	}
+	return decoded, nil
 }
 
-func canonicalArray(dec *json.Decoder, out *bytes.Buffer, depth int) error {
+func canonicalArray(dec *json.Decoder, out *bytes.Buffer, depth int) ([]any, error) {
 	out.WriteByte('[')
+	values := []any{}
 	for i := 0; dec.More(); i++ {
 		if i > 0 {
 			out.WriteByte(',')
 		}
-		if err := canonicalValue(dec, out, depth+1); err != nil {
-			return err
+		v, err := canonicalValue(dec, out, depth+1)
+		if err != nil {
+			return nil, err
 		}
+		values = append(values, v)
 	}
 	if _, err := dec.Token(); err != nil { // ']'
-		return syntaxError(err)
+		return nil, syntaxError(err)
 	}
 	out.WriteByte(']')
-	return nil
+	return values, nil
 }
 
 func writeString(out *bytes.Buffer, s string) {
