@@ -604,8 +604,14 @@ go_failure() { grep -v -E '^(goos|goarch|pkg|cpu|pgtest):' "$1" | head -n 3 | tr
 # goroutines over 1,000 accounts, interleaved BENCH_CLAIM_COUNT times; the
 # overhead is the ratio of the medians, minus one.
 claim_count=${BENCH_CLAIM_COUNT:-5}
-say "go benchmark KeyClaimOverhead (-count $claim_count)"
-if go_bench KeyClaimOverhead ./internal/postgres/ -benchtime 20000x -count "$claim_count"; then
+say "go benchmark KeyClaimOverhead ($claim_count runs, each with then without the key)"
+claim_ok=1
+for i in $(seq "$claim_count"); do
+	go_bench KeyClaimOverhead ./internal/postgres/ -benchtime 20000x || { claim_ok=0; break; }
+	cat bin/bench-go-KeyClaimOverhead.txt >>bin/bench-go-KeyClaimOverhead-all.txt
+done
+[ "$claim_ok" = 0 ] || mv bin/bench-go-KeyClaimOverhead-all.txt bin/bench-go-KeyClaimOverhead.txt
+if [ "$claim_ok" = 1 ]; then
 	f=bin/bench-go-KeyClaimOverhead.txt
 	with=$(awk '/^BenchmarkKeyClaimOverhead\/with-key/ { print $3 }' "$f" | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
 	without=$(awk '/^BenchmarkKeyClaimOverhead\/without-key/ { print $3 }' "$f" | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
@@ -800,7 +806,7 @@ no charge was lost or made twice.
 |---|---|---|
 | fresh charges/s ≥ 0.6 × reference_tps | $(verdict "$fresh_ratio" 0.6) | $fresh_ratio × ($fresh_cps charges/s vs reference_tps $reference_tps) |
 | replays/s ≥ 2 × fresh charges/s | $(verdict "$replay_ratio" 2) | $replay_ratio × ($replay_rps replays/s vs $fresh_cps fresh charges/s) |
-| key-claim overhead ≤ 10 % (`go test -run '^$' -bench KeyClaimOverhead -benchtime 20000x -count $claim_count ./internal/postgres/`) | $claim_result | $claim_figure |
+| key-claim overhead ≤ 10 % (\`go test -run '^\$' -bench KeyClaimOverhead -benchtime 20000x ./internal/postgres/\`, $claim_count times) | $claim_result | $claim_figure |
 | storm of $clients clients on one key: one pooled connection for that key | $storm_result | $storm_figure |
 | janitor deleting $janitor_keys expired keys: fresh p99 ≤ 2 × p99 without it | $janitor_result | $janitor_figure |
 | fresh p50 with $large_keys keys ≤ 1.3 × empty table | $large_result | $large_figure |
