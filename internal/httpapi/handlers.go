@@ -12,7 +12,6 @@ import (
 
 	"payments/internal/idempotency"
 	"payments/internal/payment"
-	"payments/internal/postgres"
 )
 
 type accountRequest struct {
@@ -131,7 +130,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 			Body: append(body, '\n')}, nil
 	}
 	res := s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
-		return s.backend.CreateCharge(ctx, postgres.ChargeRequest{Key: req, Charge: nc, Render: render})
+		return s.backend.CreateCharge(ctx, idempotency.ChargeRequest{Key: req, Charge: nc, Render: render})
 	})
 	switch {
 	case res.Replayed:

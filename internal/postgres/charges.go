@@ -46,19 +46,6 @@ import (
 // lock is held by whichever transaction writes that key's row, so a batch never
 // waits on a key's index entry while it holds accounts.
 
-// ChargeRenderer turns a decided charge into the response stored under its key:
-// c is the charge, body its public JSON (also its event's data), and err is
-// payment.ErrAccountNotFound or payment.ErrCurrencyMismatch when the charge was
-// refused before it existed. An error from it fails the request, storing nothing.
-type ChargeRenderer func(c payment.Charge, body []byte, err error) (idempotency.Response, error)
-
-// ChargeRequest is one charge to execute under its idempotency key.
-type ChargeRequest struct {
-	Key    idempotency.Request
-	Charge payment.NewCharge
-	Render ChargeRenderer
-}
-
 // chargeAnswer is a batch's answer for one member.
 type chargeAnswer struct {
 	res      idempotency.Result
@@ -74,7 +61,7 @@ type chargeAnswer struct {
 // charges running concurrently in this process. Its result is req's rendered
 // response, or the replay of the one stored under the key; the errors are
 // those of Idempotent.
-func (s *Store) CreateCharge(ctx context.Context, req ChargeRequest) (idempotency.Result, error) {
+func (s *Store) CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
 	ans, err := s.charges.Do(ctx, req)
 	switch {
 	case err != nil:
@@ -87,8 +74,8 @@ func (s *Store) CreateCharge(ctx context.Context, req ChargeRequest) (idempotenc
 
 // chargeAlone runs req as a batch of one that waits (up to KeyWait) for the
 // transaction holding its key, holding nothing itself while it waits.
-func (s *Store) chargeAlone(ctx context.Context, req ChargeRequest) (idempotency.Result, error) {
-	answers, err := s.chargeBatch(ctx, []ChargeRequest{req}, true)
+func (s *Store) chargeAlone(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
+	answers, err := s.chargeBatch(ctx, []idempotency.ChargeRequest{req}, true)
 	if err != nil {
 		return idempotency.Result{}, err
 	}
@@ -98,8 +85,8 @@ func (s *Store) chargeAlone(ctx context.Context, req ChargeRequest) (idempotency
 // newChargeBatcher is the group commit of charges. A batch runs on no
 // request's context (one client going away must not abort its neighbours), so
 // it gets its own bound: every lock it may wait for is bounded by KeyWait.
-func (s *Store) newChargeBatcher() *groupcommit.Batcher[ChargeRequest, chargeAnswer] {
-	return groupcommit.New(context.Background(), func(ctx context.Context, reqs []ChargeRequest) ([]chargeAnswer, error) {
+func (s *Store) newChargeBatcher() *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer] {
+	return groupcommit.New(context.Background(), func(ctx context.Context, reqs []idempotency.ChargeRequest) ([]chargeAnswer, error) {
 		ctx, cancel := context.WithTimeout(ctx, 3*s.opts.KeyWait)
 		defer cancel()
 		return s.chargeBatch(ctx, reqs, false)
@@ -108,7 +95,7 @@ func (s *Store) newChargeBatcher() *groupcommit.Batcher[ChargeRequest, chargeAns
 
 // chargeBatch runs chargeTx, again after a deadlock, a serialization failure or
 // a key row that appeared under it, up to maxAttempts times.
-func (s *Store) chargeBatch(ctx context.Context, reqs []ChargeRequest, wait bool) ([]chargeAnswer, error) {
+func (s *Store) chargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest, wait bool) ([]chargeAnswer, error) {
 	for attempt := 1; ; attempt++ {
 		answers, events, err := s.chargeTx(ctx, reqs, wait)
 		if err == nil {
@@ -207,7 +194,7 @@ SELECT at FROM stored`
 // chargeTx runs one batch in one transaction (see the top of this file). With
 // wait, the keys' locks are waited for, as chargeAlone needs. It reports how
 // many events it wrote.
-func (s *Store) chargeTx(ctx context.Context, reqs []ChargeRequest, wait bool) (answers []chargeAnswer, events int, err error) {
+func (s *Store) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequest, wait bool) (answers []chargeAnswer, events int, err error) {
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -468,7 +455,7 @@ func (w *chargeWrites) deleteExpired(req idempotency.Request) {
 
 // decide decides one member's charge against the accounts as the members
 // before it left them, renders its answer, and adds what it writes.
-func (w *chargeWrites) decide(r ChargeRequest, accounts map[accountKey]*payment.Account, now time.Time) (idempotency.Result, error) {
+func (w *chargeWrites) decide(r idempotency.ChargeRequest, accounts map[accountKey]*payment.Account, now time.Time) (idempotency.Result, error) {
 	ak := accountKey{r.Key.MerchantID, r.Charge.AccountID}
 	c, refused := payment.ChargeAccount(accounts[ak], payment.NewID(), r.Charge, now)
 	var payload []byte

@@ -15,10 +15,9 @@ import (
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
-	"payments/internal/postgres"
 )
 
-// render is a ChargeRenderer as simple as the API's: 201 with the charge, 402
+// render is a idempotency.ChargeRenderer as simple as the API's: 201 with the charge, 402
 // for a failed one, 404 and 422 for a refusal.
 func render(c payment.Charge, body []byte, err error) (idempotency.Response, error) {
 	switch {
@@ -55,7 +54,7 @@ type answer struct {
 	err      error
 }
 
-func (m *model) charge(r postgres.ChargeRequest) answer {
+func (m *model) charge(r idempotency.ChargeRequest) answer {
 	if k, ok := m.keys[r.Key.Key]; ok {
 		if k.fp != r.Key.Fingerprint {
 			return answer{err: idempotency.ErrKeyReused}
@@ -106,8 +105,8 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 			accounts = append(accounts, id)
 			_ = i
 		}
-		var used []postgres.ChargeRequest
-		newRequest := func() postgres.ChargeRequest {
+		var used []idempotency.ChargeRequest
+		newRequest := func() idempotency.ChargeRequest {
 			var fp idempotency.Fingerprint
 			_, _ = crand(fp[:], rng)
 			acct := accounts[rng.IntN(len(accounts))]
@@ -118,7 +117,7 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 			if rng.IntN(5) == 0 {
 				cur = "EUR"
 			}
-			return postgres.ChargeRequest{
+			return idempotency.ChargeRequest{
 				Key:    idempotency.Request{MerchantID: merchant, Key: fmt.Sprintf("r%d-%s", round, uuid.NewString()), Fingerprint: fp},
 				Charge: payment.NewCharge{AccountID: acct, Amount: 1 + int64(rng.IntN(200)), Currency: cur},
 				Render: render,
@@ -126,7 +125,7 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 		}
 		for batchNo := range 2 {
 			n := 1 + rng.IntN(24)
-			batch := make([]postgres.ChargeRequest, n)
+			batch := make([]idempotency.ChargeRequest, n)
 			for i := range batch {
 				switch p := rng.IntN(10); {
 				case p == 0 && len(used) > 0: // a retry of an earlier request

@@ -17,7 +17,7 @@ type BatchAnswer struct {
 
 // RunChargeBatch runs reqs as exactly one batch, as the group commit would
 // after gathering them.
-func (s *Store) RunChargeBatch(ctx context.Context, reqs []ChargeRequest) ([]BatchAnswer, error) {
+func (s *Store) RunChargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest) ([]BatchAnswer, error) {
 	answers, err := s.chargeBatch(ctx, reqs, false)
 	out := make([]BatchAnswer, len(answers))
 	for i, a := range answers {

@@ -9,14 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"payments/internal/idempotency"
-	"payments/internal/payment"
 )
-
-// Operation is the business step guarded by an idempotency key. It runs in the
-// transaction that claimed the key and returns the response to store. A business
-// refusal that must be replayed is a Response (for example a 402), not an error;
-// an error rolls everything back, key included.
-type Operation func(ctx context.Context, l payment.Ledger) (idempotency.Response, error)
 
 // maxAttempts bounds how often a transaction that hit a deadlock or a
 // serialization failure is run again.
@@ -61,7 +54,7 @@ RETURNING created_at`
 // differs. When another transaction holds the key, Idempotent waits for it up to
 // KeyWait and then answers from its outcome, or returns idempotency.ErrKeyInUse.
 // Database outages are reported as payment.ErrUnavailable.
-func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, op Operation) (idempotency.Result, error) {
+func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, op idempotency.Step) (idempotency.Result, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := s.idempotentOnce(ctx, req, op)
 		if err != nil && retryable(err) && attempt < maxAttempts {
@@ -71,7 +64,7 @@ func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, op Oper
 	}
 }
 
-func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op Operation) (idempotency.Result, error) {
+func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op idempotency.Step) (idempotency.Result, error) {
 	var (
 		res    idempotency.Result
 		events int
@@ -103,7 +96,7 @@ func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op 
 // execute runs op for a freshly claimed key and stores its response, which
 // starts the key's retention (Result.StoredAt). It reports how many events op
 // wrote.
-func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op Operation) (idempotency.Result, int, error) {
+func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op idempotency.Step) (idempotency.Result, int, error) {
 	l := &ledger{q: tx}
 	resp, err := op(ctx, l)
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"payments/internal/groupcommit"
+	"payments/internal/idempotency"
 	"payments/internal/payment"
 )
 
@@ -85,7 +86,7 @@ type Store struct {
 	stopNotifier context.CancelFunc
 	notifierDone chan struct{}
 
-	charges   *groupcommit.Batcher[ChargeRequest, chargeAnswer]
+	charges   *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer]
 	chargeSQL chargeStatements
 }
 

@@ -29,7 +29,7 @@ func TestRetentionCountsFromTheStoredResponse(t *testing.T) {
 			})
 		},
 		"charge": func(s *postgres.Store, req idempotency.Request, account uuid.UUID) (idempotency.Result, error) {
-			return s.CreateCharge(ctx, postgres.ChargeRequest{Key: req, Render: render,
+			return s.CreateCharge(ctx, idempotency.ChargeRequest{Key: req, Render: render,
 				Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"}})
 		},
 	}

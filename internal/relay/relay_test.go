@@ -169,7 +169,7 @@ func (e *env) charge(account uuid.UUID, amount int64) {
 	e.t.Helper()
 	var fp idempotency.Fingerprint
 	_, _ = rand.Read(fp[:])
-	_, err := e.store.CreateCharge(context.Background(), postgres.ChargeRequest{
+	_, err := e.store.CreateCharge(context.Background(), idempotency.ChargeRequest{
 		Key:    idempotency.Request{MerchantID: e.merchant, Key: uuid.NewString(), Fingerprint: fp},
 		Charge: payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
 		Render: func(payment.Charge, []byte, error) (idempotency.Response, error) {
