@@ -73,7 +73,7 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer nc.Close()
-	c, err := consumer.New(store, nc, log)
+	c, err := consumer.New(consumer.NewInbox(store.Pool()), nc, log)
 	if err != nil {
 		return err
 	}

@@ -19,8 +19,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"payments/internal/payment"
-	"payments/internal/postgres"
-	"payments/internal/relay"
 )
 
 // Name is the durable consumer's name on the stream and in the inbox.
@@ -34,19 +32,20 @@ type Stats struct {
 
 // Consumer applies events to the balance projection.
 type Consumer struct {
-	store *postgres.Store
+	inbox *Inbox
 	js    jetstream.JetStream
 	log   *slog.Logger
 	Stats Stats
 }
 
-// New returns a consumer reading the payments stream through nc.
-func New(store *postgres.Store, nc *nats.Conn, log *slog.Logger) (*Consumer, error) {
+// New returns a consumer reading the payments stream through nc and applying
+// it to inbox.
+func New(inbox *Inbox, nc *nats.Conn, log *slog.Logger) (*Consumer, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &Consumer{store: store, js: js, log: log}, nil
+	return &Consumer{inbox: inbox, js: js, log: log}, nil
 }
 
 // Run consumes until ctx ends, waiting for the stream to exist. It returns nil
@@ -55,7 +54,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var cons jetstream.Consumer
 	for {
 		var err error
-		cons, err = c.js.CreateOrUpdateConsumer(ctx, relay.Stream, jetstream.ConsumerConfig{
+		cons, err = c.js.CreateOrUpdateConsumer(ctx, payment.EventStream, jetstream.ConsumerConfig{
 			Durable:       Name,
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -115,11 +114,11 @@ var errUnreadable = errors.New("unreadable event")
 
 // handle applies one message's effect once.
 func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) error {
-	effect, err := Effect(msg.Headers().Get(relay.MerchantHeader), msg.Data())
+	effect, err := Effect(msg.Headers().Get(payment.EventMerchantHeader), msg.Data())
 	if err != nil {
 		return errors.Join(errUnreadable, err)
 	}
-	applied, err := c.store.ApplyOnce(ctx, Name, effect)
+	applied, err := c.inbox.ApplyOnce(ctx, Name, effect)
 	if err != nil {
 		return err
 	}
@@ -134,7 +133,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) error {
 // Effect reads an event message and returns what it does to its account's
 // balance: + for deposits and refunds, − for succeeded charges, nothing (but
 // counted) for an account's creation and a failed charge.
-func Effect(merchant string, body []byte) (postgres.BalanceEffect, error) {
+func Effect(merchant string, body []byte) (BalanceEffect, error) {
 	var e struct {
 		ID   string `json:"id"`
 		Type string `json:"type"`
@@ -145,17 +144,17 @@ func Effect(merchant string, body []byte) (postgres.BalanceEffect, error) {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &e); err != nil {
-		return postgres.BalanceEffect{}, fmt.Errorf("decode event: %w", err)
+		return BalanceEffect{}, fmt.Errorf("decode event: %w", err)
 	}
 	merchantID, err := uuid.Parse(merchant)
 	if err != nil {
-		return postgres.BalanceEffect{}, fmt.Errorf("merchant header %q: %w", merchant, err)
+		return BalanceEffect{}, fmt.Errorf("merchant header %q: %w", merchant, err)
 	}
 	eventID, ok := payment.ParseID(payment.PrefixEvent, e.ID)
 	if !ok {
-		return postgres.BalanceEffect{}, fmt.Errorf("event id %q", e.ID)
+		return BalanceEffect{}, fmt.Errorf("event id %q", e.ID)
 	}
-	effect := postgres.BalanceEffect{MerchantID: merchantID, EventID: eventID}
+	effect := BalanceEffect{MerchantID: merchantID, EventID: eventID}
 	account := e.Data.AccountID
 	switch e.Type {
 	case payment.EventAccountCreated:
@@ -166,10 +165,10 @@ func Effect(merchant string, body []byte) (postgres.BalanceEffect, error) {
 		effect.Delta = -e.Data.Amount
 	case payment.EventChargeFailed:
 	default:
-		return postgres.BalanceEffect{}, fmt.Errorf("unknown event type %q", e.Type)
+		return BalanceEffect{}, fmt.Errorf("unknown event type %q", e.Type)
 	}
 	if effect.AccountID, ok = payment.ParseID(payment.PrefixAccount, account); !ok {
-		return postgres.BalanceEffect{}, fmt.Errorf("%s event without an account id", e.Type)
+		return BalanceEffect{}, fmt.Errorf("%s event without an account id", e.Type)
 	}
 	return effect, nil
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,32 +12,24 @@ import (
 	"payments/internal/payment"
 )
 
-// ErrNotLeader reports that another process holds the outbox lease.
-var ErrNotLeader = errors.New("another relay holds the outbox lease")
-
 // outboxLockKey is the advisory lock that makes one relay the leader.
 const outboxLockKey = 0x7061796d_6f757462 // "paymoutb"
 
 // notifyChannel is the channel the store notifies after events commit.
 const notifyChannel = "payments_events"
 
-// OutboxEvent is an event waiting to be published, with its merchant.
-type OutboxEvent struct {
-	MerchantID uuid.UUID
-	payment.Event
-}
-
-// OutboxLease is the relay leader's hold on the outbox: a dedicated connection
-// holding a session advisory lock and listening for new events. If the
-// connection dies, PostgreSQL releases the lock and a standby takes over.
+// OutboxLease is the relay leader's hold on the outbox (payment.OutboxLease):
+// a dedicated connection holding a session advisory lock and listening for new
+// events. If the connection dies, PostgreSQL releases the lock and a standby
+// takes over.
 type OutboxLease struct {
 	conn *pgx.Conn
 }
 
-// ClaimOutbox tries to become the relay leader. It returns ErrNotLeader when
-// another process holds the lease, and payment.ErrUnavailable when the database
-// cannot be reached.
-func (s *Store) ClaimOutbox(ctx context.Context) (*OutboxLease, error) {
+// ClaimOutbox tries to become the relay leader. It returns
+// payment.ErrNotLeader when another process holds the lease, and
+// payment.ErrUnavailable when the database cannot be reached.
+func (s *Store) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, interpret(fmt.Errorf("connect for the outbox lease: %w", err))
@@ -50,7 +41,7 @@ func (s *Store) ClaimOutbox(ctx context.Context) (*OutboxLease, error) {
 	}
 	if !leader {
 		_ = conn.Close(ctx)
-		return nil, ErrNotLeader
+		return nil, payment.ErrNotLeader
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		_ = conn.Close(ctx)
@@ -78,13 +69,13 @@ ORDER BY tx_id, seq
 LIMIT $1`
 
 // Unpublished returns up to limit events to publish, oldest first.
-func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]OutboxEvent, error) {
+func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.OutboxEvent, error) {
 	rows, err := l.conn.Query(ctx, unpublishedSQL, limit)
 	if err != nil {
 		return nil, interpret(fmt.Errorf("select unpublished events: %w", err))
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxEvent, error) {
-		var e OutboxEvent
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.OutboxEvent, error) {
+		var e payment.OutboxEvent
 		err := row.Scan(&e.MerchantID, &e.ID, &e.Type, &e.Data, &e.CreatedAt)
 		return e, err
 	})
@@ -100,7 +91,7 @@ FROM unnest($1::uuid[], $2::uuid[]) AS p (merchant_id, id)
 WHERE e.merchant_id = p.merchant_id AND e.id = p.id`
 
 // MarkPublished records that the broker has the events.
-func (l *OutboxLease) MarkPublished(ctx context.Context, events []OutboxEvent) error {
+func (l *OutboxLease) MarkPublished(ctx context.Context, events []payment.OutboxEvent) error {
 	merchants := make([]uuid.UUID, len(events))
 	ids := make([]uuid.UUID, len(events))
 	for i, e := range events {
@@ -197,53 +188,3 @@ func (m *Monitor) Backlog(ctx context.Context) (count int64, oldest time.Duratio
 
 // Close closes the monitor's connection.
 func (m *Monitor) Close() { m.pool.Close() }
-
-// BalanceEffect is what one event does to the consumer's balance projection.
-type BalanceEffect struct {
-	MerchantID uuid.UUID
-	EventID    uuid.UUID
-	AccountID  uuid.UUID
-	Delta      int64
-}
-
-const (
-	inboxSQL = `
-INSERT INTO inbox (merchant_id, consumer, event_id) VALUES ($1, $2, $3)
-ON CONFLICT DO NOTHING`
-
-	projectBalanceSQL = `
-INSERT INTO account_balances (merchant_id, account_id, balance, events)
-VALUES ($1, $2, $3, 1)
-ON CONFLICT (merchant_id, account_id)
-DO UPDATE SET balance = account_balances.balance + $3, events = account_balances.events + 1`
-)
-
-// ApplyOnce applies an event's effect for consumer unless it already has: the
-// inbox row and the effect commit together. It reports whether this call
-// applied it (false for a redelivery).
-func (s *Store) ApplyOnce(ctx context.Context, consumer string, e BalanceEffect) (bool, error) {
-	applied := false
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, inboxSQL, e.MerchantID, consumer, e.EventID)
-		if err != nil {
-			return fmt.Errorf("insert inbox row: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil // seen before
-		}
-		if _, err := tx.Exec(ctx, projectBalanceSQL, e.MerchantID, e.AccountID, e.Delta); err != nil {
-			return fmt.Errorf("project balance: %w", err)
-		}
-		applied = true
-		return nil
-	})
-	return applied, interpret(err)
-}
-
-// ProjectedBalance returns the consumer's view of an account's balance and how
-// many events built it, or payment.ErrNotFound.
-func (s *Store) ProjectedBalance(ctx context.Context, merchantID, accountID uuid.UUID) (balance, events int64, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT balance, events FROM account_balances WHERE merchant_id = $1 AND account_id = $2`,
-		merchantID, accountID).Scan(&balance, &events)
-	return balance, events, readErr("projected balance", err)
-}

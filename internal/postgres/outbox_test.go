@@ -23,7 +23,7 @@ func TestOutboxLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Close()
-	if _, err := s.ClaimOutbox(ctx); !errors.Is(err, postgres.ErrNotLeader) {
+	if _, err := s.ClaimOutbox(ctx); !errors.Is(err, payment.ErrNotLeader) {
 		t.Fatalf("a second claim: %v, want ErrNotLeader", err)
 	}
 

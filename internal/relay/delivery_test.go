@@ -233,7 +233,7 @@ func TestCrashBetweenPublishAndMarkIsDeduplicated(t *testing.T) {
 
 	c := e.startConsumer()
 	e.waitUntil("the consumer applied every event", func() bool { return c.Stats.Applied.Load() == int64(events) })
-	balance, applied, err := e.store.ProjectedBalance(context.Background(), e.merchant, acct)
+	balance, applied, err := consumer.NewInbox(e.store.Pool()).ProjectedBalance(context.Background(), e.merchant, acct)
 	if err != nil || balance != 700 || applied != int64(events) {
 		t.Errorf("projected balance %d from %d events (%v), want 700 from %d", balance, applied, err, events)
 	}
@@ -277,7 +277,7 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if applied, err := e.store.ApplyOnce(context.Background(), consumer.Name, effect); err != nil || applied {
+		if applied, err := consumer.NewInbox(e.store.Pool()).ApplyOnce(context.Background(), consumer.Name, effect); err != nil || applied {
 			t.Fatalf("redelivered event applied again (%v)", err)
 		}
 	}
@@ -286,7 +286,7 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		projected, _, err := e.store.ProjectedBalance(context.Background(), e.merchant, acct)
+		projected, _, err := consumer.NewInbox(e.store.Pool()).ProjectedBalance(context.Background(), e.merchant, acct)
 		if err != nil || projected != a.Balance || a.Balance != deposit%amount {
 			t.Errorf("account %s: projected %d, real %d (%v); want %d for both", acct, projected, a.Balance, err, deposit%amount)
 		}
@@ -327,7 +327,7 @@ func TestOneRelayLeadsAndAnotherTakesOver(t *testing.T) {
 // startConsumer runs the worked-example consumer until the test ends.
 func (e *env) startConsumer() *consumer.Consumer {
 	e.t.Helper()
-	c, err := consumer.New(e.store, e.nats.connect(), e.log)
+	c, err := consumer.New(consumer.NewInbox(e.store.Pool()), e.nats.connect(), e.log)
 	if err != nil {
 		e.t.Fatal(err)
 	}

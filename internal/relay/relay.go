@@ -24,18 +24,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"payments/internal/payment"
-	"payments/internal/postgres"
 )
 
 // Stream is the JetStream stream the events go to; subjects are
-// "payments.<event type>", e.g. payments.charge.succeeded.
+// "payments.<event type>", e.g. payments.charge.succeeded. MerchantHeader
+// carries the event's merchant id on each message. (The names are the
+// domain's, so a consumer needs no relay to read them.)
 const (
-	Stream        = "PAYMENTS"
-	SubjectPrefix = "payments."
+	Stream         = payment.EventStream
+	SubjectPrefix  = payment.EventSubjectPrefix
+	MerchantHeader = payment.EventMerchantHeader
 )
-
-// MerchantHeader carries the event's merchant id on each message.
-const MerchantHeader = "Payments-Merchant-Id"
 
 // Options tune a Relay. Zero values take the defaults.
 type Options struct {
@@ -82,7 +81,7 @@ type Stats struct {
 
 // Relay publishes the outbox.
 type Relay struct {
-	store *postgres.Store
+	store payment.Outbox
 	js    jetstream.JetStream
 	log   *slog.Logger
 	opts  Options
@@ -94,7 +93,7 @@ type Relay struct {
 }
 
 // New returns a relay publishing store's outbox through nc.
-func New(store *postgres.Store, nc *nats.Conn, log *slog.Logger, opts Options) (*Relay, error) {
+func New(store payment.Outbox, nc *nats.Conn, log *slog.Logger, opts Options) (*Relay, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -117,7 +116,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case errors.Is(err, errStopped):
 			return err
-		case err == nil, errors.Is(err, postgres.ErrNotLeader):
+		case err == nil, errors.Is(err, payment.ErrNotLeader):
 			backoff = r.opts.Poll // a healthy standby looks again every Poll
 		default:
 			if time.Since(began) > r.opts.MaxBackoff || backoff == r.opts.Poll {
@@ -198,7 +197,7 @@ const ackTimeout = 10 * time.Second
 // republished prefix is acknowledged as duplicate and the chain resumes. Only
 // the unbroken prefix of acknowledged events is marked; the rest is published
 // again next round.
-func (r *Relay) relayBatch(ctx context.Context, lease *postgres.OutboxLease) (int, error) {
+func (r *Relay) relayBatch(ctx context.Context, lease payment.OutboxLease) (int, error) {
 	events, err := lease.Unpublished(ctx, r.opts.Batch)
 	if err != nil || len(events) == 0 {
 		return 0, err
@@ -266,7 +265,7 @@ func (r *Relay) awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture)
 	return len(futures), nil
 }
 
-func (r *Relay) prune(ctx context.Context, lease *postgres.OutboxLease) error {
+func (r *Relay) prune(ctx context.Context, lease payment.OutboxLease) error {
 	for {
 		n, err := lease.Prune(ctx, r.opts.Retention, r.opts.PruneBatch)
 		if err != nil {
@@ -282,7 +281,7 @@ func (r *Relay) prune(ctx context.Context, lease *postgres.OutboxLease) error {
 // Message renders an event as the message the relay publishes: subject
 // payments.<type>, the event's public JSON as the body, its id as Nats-Msg-Id
 // and its merchant in the Payments-Merchant-Id header.
-func Message(e postgres.OutboxEvent) (*nats.Msg, error) {
+func Message(e payment.OutboxEvent) (*nats.Msg, error) {
 	body, err := e.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)

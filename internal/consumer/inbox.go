@@ -1,0 +1,79 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"payments/internal/payment"
+)
+
+// Inbox is the consumer's own state in the service's database: the inbox of
+// events it applied (migration 0003) and its effect, the balance projection.
+// The consumer owns these tables and their SQL; the store knows nothing of them.
+type Inbox struct {
+	pool *pgxpool.Pool
+}
+
+// NewInbox returns the inbox on pool.
+func NewInbox(pool *pgxpool.Pool) *Inbox { return &Inbox{pool: pool} }
+
+// BalanceEffect is what one event does to the balance projection.
+type BalanceEffect struct {
+	MerchantID uuid.UUID
+	EventID    uuid.UUID
+	AccountID  uuid.UUID
+	Delta      int64
+}
+
+const (
+	inboxSQL = `
+INSERT INTO inbox (merchant_id, consumer, event_id) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING`
+
+	projectBalanceSQL = `
+INSERT INTO account_balances (merchant_id, account_id, balance, events)
+VALUES ($1, $2, $3, 1)
+ON CONFLICT (merchant_id, account_id)
+DO UPDATE SET balance = account_balances.balance + $3, events = account_balances.events + 1`
+)
+
+// ApplyOnce applies an event's effect for consumer unless it already has: the
+// inbox row and the effect commit together. It reports whether this call
+// applied it (false for a redelivery).
+func (in *Inbox) ApplyOnce(ctx context.Context, consumer string, e BalanceEffect) (bool, error) {
+	applied := false
+	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, inboxSQL, e.MerchantID, consumer, e.EventID)
+		if err != nil {
+			return fmt.Errorf("insert inbox row: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // seen before
+		}
+		if _, err := tx.Exec(ctx, projectBalanceSQL, e.MerchantID, e.AccountID, e.Delta); err != nil {
+			return fmt.Errorf("project balance: %w", err)
+		}
+		applied = true
+		return nil
+	})
+	return applied, err
+}
+
+// ProjectedBalance returns the consumer's view of an account's balance and how
+// many events built it, or payment.ErrNotFound.
+func (in *Inbox) ProjectedBalance(ctx context.Context, merchantID, accountID uuid.UUID) (balance, events int64, err error) {
+	err = in.pool.QueryRow(ctx, `SELECT balance, events FROM account_balances WHERE merchant_id = $1 AND account_id = $2`,
+		merchantID, accountID).Scan(&balance, &events)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, payment.ErrNotFound
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("projected balance: %w", err)
+	}
+	return balance, events, nil
+}
