@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"payments/internal/pgtest"
+	"payments/internal/testkit"
 )
 
 // TestAPIKeyRotation walks the README's rotation with the real commands while
@@ -59,7 +60,7 @@ func TestAPIKeyRotation(t *testing.T) {
 	}
 	old.KeyID, old.APIKey = merchant.KeyID, merchant.APIKey
 
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	serveCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- run(serveCtx, []string{"serve"}, env, io.Discard, logs) }()

@@ -20,31 +20,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
 
 	"payments/internal/pgtest"
+	"payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// lockedBuffer collects the output of a command running in another goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func envOf(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
@@ -58,7 +40,7 @@ func TestServeEndToEnd(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	dbURL := pgtest.NewDatabase(t)
-	natsURL := startNATS(t)
+	natsURL := testkit.StartNATS(t).URL()
 	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "NATS_URL": natsURL, "RELAY_POLL": "100ms",
 		"METRICS_ADDR": "127.0.0.1:0"})
 	ctx := context.Background()
@@ -82,7 +64,7 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("merchants create printed %q (%v)", out.String(), err)
 	}
 
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	start := func(args ...string) {
 		cmdCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -194,7 +176,7 @@ var metricsListening = regexp.MustCompile(`"msg":"metrics listening","addr":"([^
 
 // waitForMetricsAddr returns the METRICS_ADDR listener's address, once serve
 // has logged it.
-func waitForMetricsAddr(t *testing.T, logs *lockedBuffer) string {
+func waitForMetricsAddr(t *testing.T, logs *testkit.LogBuffer) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -225,24 +207,9 @@ func scrape(t *testing.T, addr string) string {
 // migrated matches what migrate prints once every migration is applied.
 var migrated = regexp.MustCompile(`^schema version [1-9][0-9]* \(dirty: false\)\n$`)
 
-// startNATS runs an embedded NATS server with JetStream for the test.
-func startNATS(t *testing.T) string {
-	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS did not start")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	return srv.ClientURL()
-}
-
 var listening = regexp.MustCompile(`"msg":"listening","addr":"([^"]+)"`)
 
-func waitForAddr(t *testing.T, logs *lockedBuffer) string {
+func waitForAddr(t *testing.T, logs *testkit.LogBuffer) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -392,7 +359,7 @@ func TestMigrateWaitsForPostgreSQL(t *testing.T) {
 	}()
 	defer func() { <-started }()
 	var out bytes.Buffer
-	errs := &lockedBuffer{}
+	errs := &testkit.LogBuffer{}
 	env := envOf(map[string]string{"DATABASE_URL": target.String(), "MIGRATE_WAIT": "20s"})
 	if err := run(context.Background(), []string{"migrate", "up"}, env, &out, errs); err != nil {
 		t.Fatalf("migrate up: %v\nstderr:\n%s", err, errs)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"payments/internal/pgtest"
+	"payments/internal/testkit"
 )
 
 // TestScrapesDoNoDatabaseWork: with 40 events waiting in the outbox, 100
@@ -48,7 +49,7 @@ FROM generate_series(1, 40)`); err != nil {
 
 	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0",
 		"METRICS_SAMPLE": "1h", "RELAY_ENABLED": "false", "JANITOR_INTERVAL": "1h"})
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	serveCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- run(serveCtx, []string{"serve"}, env, io.Discard, logs) }()

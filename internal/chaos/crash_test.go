@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/internal/pgtest"
+	"payments/internal/testkit"
 )
 
 // TestCrash charges through SIGKILLs: clients fire charges (with a few
@@ -38,7 +39,7 @@ func TestCrash(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := pgtest.NewDatabase(t)
 	m := migrateAndRegister(t, bin, dbURL, "crash")[0]
-	natsURL := startNATS(t)
+	natsURL := testkit.StartNATS(t).URL()
 	svc := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL})
 	c := newClient(t, m.APIKey, "crash-key-", func(int) string { return svc.url() })
 

@@ -259,7 +259,7 @@ func TestHostileInput(t *testing.T) {
 		if leaked := logsMention(logs, secrets...); len(leaked) > 0 {
 			h.violation("the service logged %q", leaked)
 		}
-		t.Logf("%d log lines checked", svc.logs.lines())
+		t.Logf("%d log lines checked", svc.logs.Lines())
 	})
 
 	// Every table is still there and still holds its rows.

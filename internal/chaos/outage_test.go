@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/internal/pgtest"
+	"payments/internal/testkit"
 )
 
 // TestDatabaseOutage cuts the database off under load: the proxy between the
@@ -40,7 +41,7 @@ func TestDatabaseOutage(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	m := migrateAndRegister(t, bin, dbURL, "outage")[0]
 	proxy, proxied := newProxy(t, dbURL)
-	natsURL := startNATS(t)
+	natsURL := testkit.StartNATS(t).URL()
 	svc := newService(t, bin, serviceConfig{databaseURL: proxied, natsURL: natsURL})
 	c := newClient(t, m.APIKey, "outage-key-", func(int) string { return svc.url() })
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"payments/internal/testkit"
 	"strconv"
 	"sync"
 	"syscall"
@@ -106,7 +107,7 @@ type service struct {
 	bin  string
 	env  []string
 	addr string
-	logs *syncBuffer
+	logs *testkit.LogBuffer
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -126,7 +127,7 @@ type serviceConfig struct {
 // cleanup kills it.
 func newService(t *testing.T, bin string, cfg serviceConfig) *service {
 	t.Helper()
-	s := &service{t: t, bin: bin, addr: freeAddr(t), logs: &syncBuffer{}}
+	s := &service{t: t, bin: bin, addr: freeAddr(t), logs: &testkit.LogBuffer{}}
 	s.env = []string{
 		"DATABASE_URL=" + cfg.databaseURL,
 		"HTTP_ADDR=" + s.addr,
@@ -191,11 +192,11 @@ func (s *service) start() error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("payments serve exited at start; logs:\n%s", s.logs.tail(4000))
+			return fmt.Errorf("payments serve exited at start; logs:\n%s", s.logs.Tail(4000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("payments serve did not answer on %s within 20 s; logs:\n%s", s.addr, s.logs.tail(4000))
+			return fmt.Errorf("payments serve did not answer on %s within 20 s; logs:\n%s", s.addr, s.logs.Tail(4000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -246,40 +247,6 @@ func (s *service) stop() {
 func (s *service) restart() error {
 	s.kill()
 	return s.start()
-}
-
-// syncBuffer collects output written from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// tail returns the last n bytes, for failure messages.
-func (b *syncBuffer) tail(n int) string {
-	s := b.String()
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
-}
-
-// lines counts the lines written so far.
-func (b *syncBuffer) lines() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Count(b.buf.Bytes(), []byte("\n"))
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,6 +31,7 @@ import (
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
+	"payments/internal/testkit"
 )
 
 const (
@@ -84,7 +84,7 @@ func TestDocsPageChargesFromTheBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	api := httpapi.New(store, slog.New(slog.NewJSONHandler(logs, nil)),
 		httpapi.Options{Spec: payments.OpenAPI, Docs: docs.Handler("/openapi.yaml")})
 	srv := httptest.NewServer(api)
@@ -103,7 +103,7 @@ func TestDocsPageChargesFromTheBrowser(t *testing.T) {
 	accountID := client.post(ctx, "/v1/accounts", `{"currency":"USD"}`)["id"].(string)
 	client.post(ctx, "/v1/accounts/"+accountID+"/deposits", `{"amount":10000}`)
 	const chargeAmount = 2500
-	balanceBefore := balance(ctx, t, db, merchantID, accountID)
+	balanceBefore := testkit.Balance(ctx, t, db, merchantID, accountID)
 	if balanceBefore != 10000 {
 		t.Fatalf("balance after the deposit = %d, want 10000", balanceBefore)
 	}
@@ -212,7 +212,7 @@ func TestDocsPageChargesFromTheBrowser(t *testing.T) {
 	if keys != 1 {
 		t.Errorf("the Idempotency-Key typed in the page was not stored (%d rows)", keys)
 	}
-	if got, want := balance(ctx, t, db, merchantID, accountID), balanceBefore-chargeAmount; got != want {
+	if got, want := testkit.Balance(ctx, t, db, merchantID, accountID), balanceBefore-chargeAmount; got != want {
 		t.Errorf("balance = %d, want %d", got, want)
 	}
 	if got := client.get(ctx, "/v1/accounts/"+accountID)["balance"]; got != float64(balanceBefore-chargeAmount) {
@@ -466,36 +466,4 @@ func (c apiClient) do(ctx context.Context, method, path, body string, want int) 
 		c.t.Fatalf("%s %s: %v\n%s", method, path, err, b)
 	}
 	return v
-}
-
-func balance(ctx context.Context, t *testing.T, db *pgxpool.Pool, merchantID uuid.UUID, accountID string) int64 {
-	t.Helper()
-	id, ok := payment.ParseID(payment.PrefixAccount, accountID)
-	if !ok {
-		t.Fatalf("bad account id %q", accountID)
-	}
-	var b int64
-	err := db.QueryRow(ctx, `SELECT balance FROM accounts WHERE merchant_id = $1 AND id = $2`, merchantID, id).Scan(&b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// lockedBuffer collects the service's log from concurrent handlers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
+	"payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -35,7 +34,7 @@ type fixture struct {
 	store      *postgres.Store
 	merchantID uuid.UUID
 	apiKey     string
-	logs       *syncBuffer
+	logs       *testkit.LogBuffer
 	guard      *idempotency.Guard // the server's; its cache counts hits
 	metrics    *metrics.Metrics   // the server's; scrape them with scrape
 }
@@ -67,7 +66,7 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 	}
 	t.Cleanup(db.Close)
 
-	logs := &syncBuffer{}
+	logs := &testkit.LogBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	guard := idempotency.NewGuard(o.cacheSize, 64<<20, 24*time.Hour, o.keyWait)
 	m := metrics.New()
@@ -204,16 +203,7 @@ func (f *fixture) account(currency string, deposit int64) string {
 // balance reads the account's balance straight from the table.
 func (f *fixture) balance(accountID string) int64 {
 	f.t.Helper()
-	id, ok := payment.ParseID(payment.PrefixAccount, accountID)
-	if !ok {
-		f.t.Fatalf("bad account id %q", accountID)
-	}
-	var b int64
-	if err := f.db.QueryRow(context.Background(),
-		`SELECT balance FROM accounts WHERE merchant_id = $1 AND id = $2`, f.merchantID, id).Scan(&b); err != nil {
-		f.t.Fatal(err)
-	}
-	return b
+	return testkit.Balance(context.Background(), f.t, f.db, f.merchantID, accountID)
 }
 
 // count runs a COUNT(*) query whose first parameter is the merchant id.
@@ -287,22 +277,4 @@ func itoa(n int64) string {
 
 func chargeBody(accountID string, amount int64) string {
 	return `{"account_id":"` + accountID + `","amount":` + itoa(amount) + `,"currency":"USD"}`
-}
-
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -64,7 +64,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	e.waitUntil("the first events are published", e.drained)
 	before := len(e.streamMessages())
 
-	e.nats.stop()
+	e.nats.Stop()
 	const charges = 1000
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -84,7 +84,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 		t.Fatalf("%d unpublished events while NATS is down, want %d", n, charges)
 	}
 
-	e.nats.start()
+	e.nats.Start()
 	e.waitUntil("the backlog drains", e.drained)
 	msgs := e.streamMessages()
 	succeeded := 0
@@ -327,7 +327,7 @@ func TestOneRelayLeadsAndAnotherTakesOver(t *testing.T) {
 // startConsumer runs the worked-example consumer until the test ends.
 func (e *env) startConsumer() *consumer.Consumer {
 	e.t.Helper()
-	c, err := consumer.New(consumer.NewInbox(e.store.Pool()), e.nats.connect(), e.log)
+	c, err := consumer.New(consumer.NewInbox(e.store.Pool()), e.nats.Connect(), e.log)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // event's lag.
 func measureLag(b *testing.B, rate int, d time.Duration) []time.Duration {
 	e := setupBench(b)
-	nc := e.nats.connect()
+	nc := e.nats.Connect()
 	var (
 		mu   sync.Mutex
 		lags []time.Duration

@@ -6,14 +6,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -23,75 +20,16 @@ import (
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
 	"payments/internal/relay"
+	"payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// natsServer is an embedded NATS server with JetStream that a test can stop
-// and start again on the same port and storage, as an outage would.
-type natsServer struct {
-	t    testing.TB
-	opts server.Options
-	srv  *server.Server
-}
-
-func startNATS(t testing.TB) *natsServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	n := &natsServer{t: t, opts: server.Options{
-		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true,
-	}}
-	n.start()
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *natsServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(n.opts.Port) }
-
-func (n *natsServer) start() {
-	n.t.Helper()
-	opts := n.opts
-	srv, err := server.NewServer(&opts)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		n.t.Fatal("NATS did not start")
-	}
-	n.srv = srv
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
-
-// connect opens a client that keeps reconnecting through outages.
-func (n *natsServer) connect() *nats.Conn {
-	n.t.Helper()
-	nc, err := nats.Connect(n.url(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	n.t.Cleanup(nc.Close)
-	return nc
-}
 
 // env is one test's database, broker and merchant.
 type env struct {
 	t        testing.TB
 	store    *postgres.Store
-	nats     *natsServer
+	nats     *testkit.NATS
 	merchant uuid.UUID
 	log      *slog.Logger
 }
@@ -117,7 +55,7 @@ func setupBench(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, store: store, nats: startNATS(t), merchant: merchant,
+	return &env{t: t, store: store, nats: testkit.StartNATS(t), merchant: merchant,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
@@ -194,7 +132,7 @@ func (e *env) startRelay(configure ...func(*relay.Relay)) (r *relay.Relay, stop 
 // result without cancelling anything.
 func (e *env) runRelay(configure ...func(*relay.Relay)) (r *relay.Relay, stop func() error, ended <-chan struct{}) {
 	e.t.Helper()
-	r, err := relay.New(e.store, e.nats.connect(), e.log, relay.Options{Poll: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+	r, err := relay.New(e.store, e.nats.Connect(), e.log, relay.Options{Poll: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -254,7 +192,7 @@ WHERE published_at IS NULL AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`)
 // jetStream opens a JetStream client of its own on the test's broker.
 func (e *env) jetStream() jetstream.JetStream {
 	e.t.Helper()
-	js, err := jetstream.New(e.nats.connect())
+	js, err := jetstream.New(e.nats.Connect())
 	if err != nil {
 		e.t.Fatal(err)
 	}
