@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"payments/internal/consumer"
-	"payments/internal/metrics"
 	"payments/internal/postgres"
 	"payments/internal/relay"
 )
@@ -79,24 +78,4 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	log.Info("consumer starting", "nats", cfg.NATSURL, "durable", consumer.Name)
 	return c.Run(ctx)
-}
-
-// open reads the configuration and opens the store, the start every
-// long-running command shares. m, if not nil, counts expired keys.
-func open(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, m *metrics.Metrics) (config, *slog.Logger, *postgres.Store, error) {
-	cfg, err := loadConfig(name, args, getenv, stderr)
-	if err != nil {
-		return config{}, nil, nil, err
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	opts := postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL,
-		ChargeBatchSize: cfg.ChargeBatchSize, ChargeBatches: cfg.ChargeBatches}
-	if m != nil {
-		opts.OnExpired = func() { m.Idempotency(metrics.OutcomeExpired) }
-	}
-	store, err := postgres.Open(ctx, cfg.DatabaseURL, opts)
-	if err != nil {
-		return config{}, nil, nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
-	}
-	return cfg, log, store, nil
 }

@@ -10,27 +10,23 @@ import (
 	"payments/internal/payment"
 )
 
-// step is a POST's business step: it runs in the transaction that claimed the
-// key and returns the domain result, rendered by the handler.
-type step func(ctx context.Context, l payment.Ledger) (response, error)
-
-// execute runs st once for the request's key and answers with its response or
-// the replay of an earlier one.
+// execute runs step once for the request's key, in the transaction that
+// claims it, and answers with its response or the replay of an earlier one.
 //
 // Every answer produced after the key is claimed is stored, business refusals
-// included: st's known domain errors (404, 422, …) become stored problems. An
-// unexpected error or an outage rolls everything back, key included, so the
-// retry executes cleanly.
-func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, st step) {
-	op := func(ctx context.Context, l payment.Ledger) (response, error) {
-		resp, err := st(ctx, l)
+// included: step's known domain errors (404, 422, …) become stored problems.
+// An unexpected error or an outage rolls everything back, key included, so
+// the retry executes cleanly.
+func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, step idempotency.Step) {
+	refusing := func(ctx context.Context, l payment.Ledger) (response, error) {
+		resp, err := step(ctx, l)
 		if err != nil {
 			return refusal(err)
 		}
 		return resp, nil
 	}
 	_ = s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
-		return s.backend.Idempotent(ctx, req, op)
+		return s.backend.Idempotent(ctx, req, refusing)
 	})
 }
 

@@ -35,7 +35,7 @@ type Backend interface {
 	// client is the caller's address (see clientOf), for a failure budget.
 	Authenticate(ctx context.Context, apiKey, client string) (uuid.UUID, error)
 	// Idempotent runs op at most once per (merchant, key); see postgres.Store.Idempotent.
-	Idempotent(ctx context.Context, req idempotency.Request, op idempotency.Step) (idempotency.Result, error)
+	Idempotent(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error)
 	// CreateCharge executes a charge at most once per (merchant, key), group
 	// committed with concurrent charges; see postgres.Store.CreateCharge.
 	CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error)

@@ -45,18 +45,19 @@ WHERE merchant_id = $1 AND key = $2
 RETURNING created_at`
 )
 
-// Idempotent executes op at most once per (merchant, key). In one transaction it
-// claims the key through the unique index, runs op, and stores op's response;
-// if any step fails, all of it rolls back and a retry starts clean.
+// Idempotent executes step at most once per (merchant, key). In one
+// transaction it claims the key (its advisory lock, then the unique index),
+// runs step, and stores step's response; if anything fails, all of it rolls
+// back and a retry starts clean.
 //
-// When the key is already stored, op does not run: the stored response is
+// When the key is already stored, step does not run: the stored response is
 // returned as a replay, or idempotency.ErrKeyReused when req's fingerprint
 // differs. When another transaction holds the key, Idempotent waits for it up to
 // KeyWait and then answers from its outcome, or returns idempotency.ErrKeyInUse.
 // Database outages are reported as payment.ErrUnavailable.
-func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, op idempotency.Step) (idempotency.Result, error) {
+func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error) {
 	for attempt := 1; ; attempt++ {
-		res, err := s.idempotentOnce(ctx, req, op)
+		res, err := s.idempotentOnce(ctx, req, step)
 		if err != nil && retryable(err) && attempt < maxAttempts {
 			continue
 		}
@@ -64,7 +65,7 @@ func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, op idem
 	}
 }
 
-func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op idempotency.Step) (idempotency.Result, error) {
+func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error) {
 	var (
 		res    idempotency.Result
 		events int
@@ -77,7 +78,7 @@ func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op 
 				return err
 			}
 			if claimed {
-				res, events, err = execute(ctx, tx, req, op)
+				res, events, err = runStep(ctx, tx, req, step)
 				return err
 			}
 			var found bool
@@ -93,12 +94,12 @@ func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, op 
 	return res, err
 }
 
-// execute runs op for a freshly claimed key and stores its response, which
-// starts the key's retention (Result.StoredAt). It reports how many events op
+// runStep runs step for a freshly claimed key and stores its response, which
+// starts the key's retention (Result.StoredAt). It reports how many events step
 // wrote.
-func execute(ctx context.Context, tx pgx.Tx, req idempotency.Request, op idempotency.Step) (idempotency.Result, int, error) {
+func runStep(ctx context.Context, tx pgx.Tx, req idempotency.Request, step idempotency.Step) (idempotency.Result, int, error) {
 	l := &ledger{q: tx}
-	resp, err := op(ctx, l)
+	resp, err := step(ctx, l)
 	if err != nil {
 		return idempotency.Result{}, 0, err
 	}
