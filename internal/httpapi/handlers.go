@@ -43,7 +43,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r, "id", payment.PrefixAccount)
 	a, err := s.backend.Account(r.Context(), merchantFrom(r.Context()), id)
-	s.answer(w, r, naming(err, "account", chi.URLParam(r, "id")), a)
+	s.answer(w, r, nameMissing(err, "account", chi.URLParam(r, "id")), a)
 }
 
 type depositRequest struct {
@@ -66,7 +66,7 @@ func (s *Server) createDeposit(w http.ResponseWriter, r *http.Request) {
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
 		d, err := l.Deposit(ctx, req.MerchantID, accountID, *in.Amount)
 		if err != nil {
-			return response{}, naming(err, "account", chi.URLParam(r, "id"))
+			return response{}, nameMissing(err, "account", chi.URLParam(r, "id"))
 		}
 		return created(fmt.Sprintf("/v1/accounts/%s/deposits/%s",
 			payment.FormatID(payment.PrefixAccount, d.AccountID), payment.FormatID(payment.PrefixDeposit, d.ID)), d)
@@ -77,7 +77,7 @@ func (s *Server) getDeposit(w http.ResponseWriter, r *http.Request) {
 	accountID := pathID(r, "id", payment.PrefixAccount)
 	id := pathID(r, "depositID", payment.PrefixDeposit)
 	d, err := s.backend.Deposit(r.Context(), merchantFrom(r.Context()), accountID, id)
-	s.answer(w, r, naming(err, "deposit", chi.URLParam(r, "depositID")), d)
+	s.answer(w, r, nameMissing(err, "deposit", chi.URLParam(r, "depositID")), d)
 }
 
 type chargeRequest struct {
@@ -118,7 +118,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	render := func(c payment.Charge, body []byte, err error) (response, error) {
 		if err != nil {
-			return refusal(naming(err, "account", in.AccountID))
+			return refusal(nameMissing(err, "account", in.AccountID))
 		}
 		if c.Status == payment.ChargeFailed {
 			p := newProblem(probInsufficientFunds, fmt.Sprintf("the balance of account %s does not cover %d %s",
@@ -144,7 +144,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r, "id", payment.PrefixCharge)
 	c, err := s.backend.Charge(r.Context(), merchantFrom(r.Context()), id)
-	s.answer(w, r, naming(err, "charge", chi.URLParam(r, "id")), c)
+	s.answer(w, r, nameMissing(err, "charge", chi.URLParam(r, "id")), c)
 }
 
 type refundRequest struct {
@@ -167,7 +167,7 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
 		rf, err := l.Refund(ctx, req.MerchantID, chargeID, in.Amount)
 		if err != nil {
-			return response{}, naming(err, "charge", chi.URLParam(r, "id"))
+			return response{}, nameMissing(err, "charge", chi.URLParam(r, "id"))
 		}
 		return created(fmt.Sprintf("/v1/charges/%s/refunds/%s",
 			payment.FormatID(payment.PrefixCharge, rf.ChargeID), payment.FormatID(payment.PrefixRefund, rf.ID)), rf)
@@ -178,7 +178,7 @@ func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
 	chargeID := pathID(r, "id", payment.PrefixCharge)
 	id := pathID(r, "refundID", payment.PrefixRefund)
 	rf, err := s.backend.Refund(r.Context(), merchantFrom(r.Context()), chargeID, id)
-	s.answer(w, r, naming(err, "refund", chi.URLParam(r, "refundID")), rf)
+	s.answer(w, r, nameMissing(err, "refund", chi.URLParam(r, "refundID")), rf)
 }
 
 func requireAmount(amount *int64) error {
@@ -188,9 +188,9 @@ func requireAmount(amount *int64) error {
 	return payment.ValidateAmount("amount", *amount)
 }
 
-// naming adds the object a not-found error is about, so the problem's detail
+// nameMissing adds the object a not-found error is about, so the problem's detail
 // says which one; other errors pass unchanged.
-func naming(err error, kind, id string) error {
+func nameMissing(err error, kind, id string) error {
 	if errors.Is(err, payment.ErrNotFound) || errors.Is(err, payment.ErrAccountNotFound) {
 		return fmt.Errorf("%w: your merchant has no %s %q", err, kind, id)
 	}

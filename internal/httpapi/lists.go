@@ -67,7 +67,7 @@ func (s *Server) listCharges(w http.ResponseWriter, r *http.Request) {
 		cq.AccountID = id
 	}
 	page, err := s.backend.Charges(r.Context(), merchantFrom(r.Context()), cq)
-	s.answer(w, r, naming(err, "account", q.values.Get("account_id")), page)
+	s.answer(w, r, nameMissing(err, "account", q.values.Get("account_id")), page)
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {

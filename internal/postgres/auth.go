@@ -109,7 +109,7 @@ func (s *Store) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, known 
 		return uuid.Nil, errUnknownAPIKey
 	}
 	if err != nil {
-		return uuid.Nil, interpret(fmt.Errorf("look up API key: %w", err))
+		return uuid.Nil, asUnavailable(fmt.Errorf("look up API key: %w", err))
 	}
 	s.auth.put(hash, id, began.Add(authTrust))
 	return id, nil

@@ -65,7 +65,7 @@ func (s *Store) CreateCharge(ctx context.Context, req idempotency.ChargeRequest)
 	ans, err := s.charges.Do(ctx, req)
 	switch {
 	case err != nil:
-		return idempotency.Result{}, interpret(err)
+		return idempotency.Result{}, asUnavailable(err)
 	case ans.inFlight:
 		return s.chargeAlone(ctx, req)
 	}
@@ -107,7 +107,7 @@ func (s *Store) chargeBatch(ctx context.Context, reqs []idempotency.ChargeReques
 		if (retryable(err) || hasCode(err, codeUniqueViolation)) && attempt < maxAttempts {
 			continue
 		}
-		return nil, interpret(err)
+		return nil, asUnavailable(err)
 	}
 }
 

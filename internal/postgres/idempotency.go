@@ -61,7 +61,7 @@ func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, step id
 		if err != nil && retryable(err) && attempt < maxAttempts {
 			continue
 		}
-		return res, interpret(err)
+		return res, asUnavailable(err)
 	}
 }
 
@@ -196,7 +196,7 @@ func (s *Store) DeleteExpiredKeys(ctx context.Context, ttl time.Duration, batch 
 		return err
 	})
 	if err != nil {
-		return 0, false, interpret(fmt.Errorf("delete expired keys: %w", err))
+		return 0, false, asUnavailable(fmt.Errorf("delete expired keys: %w", err))
 	}
 	return deleted, ran, nil
 }

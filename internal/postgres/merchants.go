@@ -73,7 +73,7 @@ func (s *Store) RegisterMerchant(ctx context.Context, name string) (uuid.UUID, N
 		return err
 	})
 	if err != nil {
-		return uuid.Nil, NewAPIKey{}, interpret(err)
+		return uuid.Nil, NewAPIKey{}, asUnavailable(err)
 	}
 	return id, key, nil
 }
@@ -92,7 +92,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, merchant uuid.UUID) (NewAPIKey
 		return NewAPIKey{}, fmt.Errorf("%w %s", ErrUnknownMerchant, merchant)
 	}
 	if err != nil {
-		return NewAPIKey{}, interpret(err)
+		return NewAPIKey{}, asUnavailable(err)
 	}
 	return key, nil
 }
@@ -138,7 +138,7 @@ func (s *Store) ListAPIKeys(ctx context.Context, merchant uuid.UUID) ([]APIKey, 
 		})
 		return err
 	})
-	return keys, interpret(err)
+	return keys, asUnavailable(err)
 }
 
 // RevokeAPIKey revokes the key with the public id keyID: every replica refuses
@@ -160,7 +160,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, keyID string) (APIKey, error) 
 		return tx.QueryRow(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1 RETURNING revoked_at`, keyID).Scan(&k.RevokedAt)
 	})
 	if err != nil {
-		return APIKey{}, interpret(err)
+		return APIKey{}, asUnavailable(err)
 	}
 	return k, nil
 }

@@ -32,12 +32,12 @@ type OutboxLease struct {
 func (s *Store) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return nil, interpret(fmt.Errorf("connect for the outbox lease: %w", err))
+		return nil, asUnavailable(fmt.Errorf("connect for the outbox lease: %w", err))
 	}
 	var leader bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(outboxLockKey)).Scan(&leader); err != nil {
 		_ = conn.Close(ctx)
-		return nil, interpret(fmt.Errorf("take the outbox lock: %w", err))
+		return nil, asUnavailable(fmt.Errorf("take the outbox lock: %w", err))
 	}
 	if !leader {
 		_ = conn.Close(ctx)
@@ -45,7 +45,7 @@ func (s *Store) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		_ = conn.Close(ctx)
-		return nil, interpret(fmt.Errorf("listen for events: %w", err))
+		return nil, asUnavailable(fmt.Errorf("listen for events: %w", err))
 	}
 	return &OutboxLease{conn: conn}, nil
 }
@@ -72,7 +72,7 @@ LIMIT $1`
 func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.OutboxEvent, error) {
 	rows, err := l.conn.Query(ctx, unpublishedSQL, limit)
 	if err != nil {
-		return nil, interpret(fmt.Errorf("select unpublished events: %w", err))
+		return nil, asUnavailable(fmt.Errorf("select unpublished events: %w", err))
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.OutboxEvent, error) {
 		var e payment.OutboxEvent
@@ -80,7 +80,7 @@ func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.Out
 		return e, err
 	})
 	if err != nil {
-		return nil, interpret(fmt.Errorf("select unpublished events: %w", err))
+		return nil, asUnavailable(fmt.Errorf("select unpublished events: %w", err))
 	}
 	return events, nil
 }
@@ -98,7 +98,7 @@ func (l *OutboxLease) MarkPublished(ctx context.Context, events []payment.Outbox
 		merchants[i], ids[i] = e.MerchantID, e.ID
 	}
 	if _, err := l.conn.Exec(ctx, markPublishedSQL, merchants, ids); err != nil {
-		return interpret(fmt.Errorf("mark events published: %w", err))
+		return asUnavailable(fmt.Errorf("mark events published: %w", err))
 	}
 	return nil
 }
@@ -113,7 +113,7 @@ func (l *OutboxLease) Wait(ctx context.Context, d time.Duration) error {
 		return nil // timed out or cancelled: poll anyway
 	}
 	if err != nil {
-		return interpret(fmt.Errorf("wait for events: %w", err))
+		return asUnavailable(fmt.Errorf("wait for events: %w", err))
 	}
 	return nil
 }
@@ -133,7 +133,7 @@ WHERE (merchant_id, id) IN (
 func (l *OutboxLease) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {
 	tag, err := l.conn.Exec(ctx, pruneSQL, retention, batch)
 	if err != nil {
-		return 0, interpret(fmt.Errorf("prune events: %w", err))
+		return 0, asUnavailable(fmt.Errorf("prune events: %w", err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -153,7 +153,7 @@ func backlog(ctx context.Context, q interface {
 }) (count int64, oldest time.Duration, err error) {
 	var age *float64
 	if err := q.QueryRow(ctx, backlogSQL).Scan(&count, &age); err != nil {
-		return 0, 0, interpret(fmt.Errorf("outbox backlog: %w", err))
+		return 0, 0, asUnavailable(fmt.Errorf("outbox backlog: %w", err))
 	}
 	if age != nil {
 		oldest = time.Duration(*age * float64(time.Second))

@@ -170,7 +170,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // when it does not.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
-		return interpret(fmt.Errorf("ping: %w", err))
+		return asUnavailable(fmt.Errorf("ping: %w", err))
 	}
 	return nil
 }
@@ -220,10 +220,10 @@ func retryable(err error) bool {
 	return hasCode(err, codeSerializationFailure) || hasCode(err, codeDeadlockDetected)
 }
 
-// interpret turns driver errors meaning "the database is not there right now"
+// asUnavailable turns driver errors meaning "the database is not there right now"
 // into payment.ErrUnavailable, keeping the cause for the logs. Other errors pass
 // through unchanged.
-func interpret(err error) error {
+func asUnavailable(err error) error {
 	if err == nil || errors.Is(err, payment.ErrUnavailable) {
 		return err
 	}

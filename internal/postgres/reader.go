@@ -63,7 +63,7 @@ func readErr(what string, err error) error {
 	case errors.Is(err, pgx.ErrNoRows):
 		return payment.ErrNotFound
 	default:
-		return interpret(fmt.Errorf("select %s: %w", what, err))
+		return asUnavailable(fmt.Errorf("select %s: %w", what, err))
 	}
 }
 
@@ -114,7 +114,7 @@ func (s *Store) Charges(ctx context.Context, merchantID uuid.UUID, q payment.Cha
 			return payment.Page[payment.Charge]{}, payment.Invalid("starting_after", "names no charge of yours")
 		}
 		if err != nil {
-			return payment.Page[payment.Charge]{}, interpret(fmt.Errorf("select cursor charge: %w", err))
+			return payment.Page[payment.Charge]{}, asUnavailable(fmt.Errorf("select cursor charge: %w", err))
 		}
 	}
 	sql, args := chargesSQL, []any{merchantID, after, q.Limit + 1}
@@ -128,11 +128,11 @@ func (s *Store) Charges(ctx context.Context, merchantID uuid.UUID, q payment.Cha
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return payment.Page[payment.Charge]{}, interpret(fmt.Errorf("select charges: %w", err))
+		return payment.Page[payment.Charge]{}, asUnavailable(fmt.Errorf("select charges: %w", err))
 	}
 	charges, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.Charge, error) { return scanCharge(row) })
 	if err != nil {
-		return payment.Page[payment.Charge]{}, interpret(fmt.Errorf("select charges: %w", err))
+		return payment.Page[payment.Charge]{}, asUnavailable(fmt.Errorf("select charges: %w", err))
 	}
 	return page(charges, q.Limit), nil
 }
@@ -158,12 +158,12 @@ func (s *Store) Events(ctx context.Context, merchantID uuid.UUID, q payment.Even
 			return payment.Page[payment.Event]{}, payment.Invalid("starting_after", "names no event of yours")
 		}
 		if err != nil {
-			return payment.Page[payment.Event]{}, interpret(fmt.Errorf("select cursor event: %w", err))
+			return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select cursor event: %w", err))
 		}
 	}
 	rows, err := s.pool.Query(ctx, eventsSQL, merchantID, afterTx, afterSeq, q.Limit+1)
 	if err != nil {
-		return payment.Page[payment.Event]{}, interpret(fmt.Errorf("select events: %w", err))
+		return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select events: %w", err))
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.Event, error) {
 		var e payment.Event
@@ -171,7 +171,7 @@ func (s *Store) Events(ctx context.Context, merchantID uuid.UUID, q payment.Even
 		return e, err
 	})
 	if err != nil {
-		return payment.Page[payment.Event]{}, interpret(fmt.Errorf("select events: %w", err))
+		return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select events: %w", err))
 	}
 	return page(events, q.Limit), nil
 }
