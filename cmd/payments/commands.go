@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"payments"
-	"payments/internal/docs"
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
 	"payments/internal/metrics"
@@ -61,7 +60,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 
 	api := httpapi.New(store, log, httpapi.Options{
 		Spec:    payments.OpenAPI,
-		Docs:    docs.Handler("/openapi.yaml"),
+		Docs:    true,
 		Guard:   guard,
 		Metrics: m,
 	})

@@ -10,12 +10,13 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"payments/internal/testkit"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"payments/internal/testkit"
 )
 
 // paymentsBin is the payments binary the tests run, built once by TestMain before

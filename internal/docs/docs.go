@@ -10,7 +10,8 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
+	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -43,16 +44,16 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; " +
 //	/init.js            the script that starts Swagger UI
 //	/assets/NAME        Swagger UI's files and their licences
 //
-// Anything else is a 404 and any method but GET and HEAD a 405, both as
-// application/problem+json.
+// Anything else is ErrNoSuchFile and any method but GET and HEAD ErrMethod,
+// handed to fail, which answers them as the API answers every error.
 //
-// Mount it with chi, r.Mount("/docs", docs.Handler("/openapi.yaml")): chi's Mount
+// Mount it with chi, r.Mount("/docs", docs.Handler("/openapi.yaml", fail)): chi's Mount
 // leaves r.URL.Path whole, so Handler reads the path below the mount point from
 // chi's route context. Without chi, give it that path in r.URL.Path, as
 // http.StripPrefix("/docs", ...) does. The page refers to its assets by absolute
 // paths under the mount point, so it works both as /docs and as /docs/.
-func Handler(specURL string) http.Handler {
-	h := &handler{specURL: specURL, assets: make(map[string]asset)}
+func Handler(specURL string, fail func(http.ResponseWriter, *http.Request, error)) http.Handler {
+	h := &handler{specURL: specURL, fail: fail, assets: make(map[string]asset)}
 	add := func(name, urlPath string) {
 		body, err := fs.ReadFile(files, name)
 		if err != nil {
@@ -76,8 +77,15 @@ func Handler(specURL string) http.Handler {
 	return h
 }
 
+// The refusals the handler hands to its fail function.
+var (
+	ErrNoSuchFile = errors.New("no such documentation file")
+	ErrMethod     = errors.New("the documentation is read with GET or HEAD")
+)
+
 type handler struct {
 	specURL string
+	fail    func(http.ResponseWriter, *http.Request, error)
 	assets  map[string]asset // by path below the mount point, e.g. "/assets/swagger-ui.css"
 }
 
@@ -90,8 +98,7 @@ type asset struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
-			r.Method+" is not allowed on "+r.URL.Path)
+		h.fail(w, r, ErrMethod)
 		return
 	}
 	rel := relativePath(r)
@@ -102,7 +109,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a, ok := h.assets[rel]
 	if !ok {
-		writeProblem(w, http.StatusNotFound, "not-found", "Not found", "no such documentation file")
+		h.fail(w, r, ErrNoSuchFile)
 		return
 	}
 	w.Header().Set("Content-Type", a.contentType)
@@ -118,7 +125,7 @@ func (h *handler) serveIndex(w http.ResponseWriter, r *http.Request, rel string)
 	var buf bytes.Buffer
 	data := struct{ Base, SpecURL string }{mountPrefix(r, rel), h.specURL}
 	if err := indexTemplate.Execute(&buf, data); err != nil {
-		writeProblem(w, http.StatusInternalServerError, "internal-error", "Internal error", "the documentation page could not be rendered")
+		h.fail(w, r, fmt.Errorf("render the documentation page: %w", err))
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -168,20 +175,4 @@ func contentType(name string) string {
 	default: // LICENSE, NOTICE, VERSION, *.txt
 		return "text/plain; charset=utf-8"
 	}
-}
-
-// writeProblem answers with an RFC 9457 problem of the API's problem types
-// (see openapi.yaml), as the rest of the API does.
-func writeProblem(w http.ResponseWriter, status int, code, title, detail string) {
-	body, _ := json.Marshal(struct { // plain strings and an int: cannot fail
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-		Code   string `json:"code"`
-	}{"/problems/" + code, title, status, detail, code})
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
 }

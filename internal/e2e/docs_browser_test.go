@@ -26,7 +26,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments"
-	"payments/internal/docs"
 	"payments/internal/httpapi"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
@@ -86,7 +85,7 @@ func TestDocsPageChargesFromTheBrowser(t *testing.T) {
 	t.Cleanup(db.Close)
 	logs := &testkit.LogBuffer{}
 	api := httpapi.New(store, slog.New(slog.NewJSONHandler(logs, nil)),
-		httpapi.Options{Spec: payments.OpenAPI, Docs: docs.Handler("/openapi.yaml")})
+		httpapi.Options{Spec: payments.OpenAPI, Docs: true})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() {

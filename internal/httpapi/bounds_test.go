@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -371,5 +373,37 @@ func TestDatabaseReplayTouchesNoAccount(t *testing.T) {
 	time.Sleep(time.Second)
 	if n := count(); n != rollbacks {
 		t.Errorf("%d transactions rolled back while answering a replay", n-rollbacks)
+	}
+}
+
+// TestDocsRefusalsAreProblems: /docs hands its refusals to the API's one
+// problem table, so an unknown file and a wrong method are problems like any
+// other answer.
+func TestDocsRefusalsAreProblems(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(httpapi.New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), httpapi.Options{Docs: true}))
+	defer srv.Close()
+	for _, c := range []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{http.MethodGet, "/docs/nope.html", http.StatusNotFound, "not-found"},
+		{http.MethodPost, "/docs/", http.StatusMethodNotAllowed, "method-not-allowed"},
+	} {
+		req, err := http.NewRequest(c.method, srv.URL+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/problem+json" ||
+			!strings.Contains(string(body), `"code":"`+c.code+`"`) {
+			t.Errorf("%s %s: %d %s %s, want %d problem %s", c.method, c.path, resp.StatusCode, resp.Header.Get("Content-Type"), body, c.status, c.code)
+		}
 	}
 }

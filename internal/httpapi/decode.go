@@ -25,31 +25,31 @@ func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idem
 		s.fail(w, r, err)
 		return idempotency.Request{}, false
 	}
-	if p, ok := checkContentType(r.Header.Get("Content-Type")); !ok {
-		s.writeProblem(w, p)
+	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
+		s.fail(w, r, err)
 		return idempotency.Request{}, false
 	}
 	if r.ContentLength > MaxBodyBytes {
-		s.writeProblem(w, tooLarge())
+		s.fail(w, r, errTooLarge)
 		return idempotency.Request{}, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			s.writeProblem(w, tooLarge())
+			s.fail(w, r, errTooLarge)
 		} else {
-			s.writeProblem(w, newProblem(probInvalidRequest, "could not read the request body"))
+			s.fail(w, r, &bodyError{detail: "could not read the request body"})
 		}
 		return idempotency.Request{}, false
 	}
 	doc, err := idempotency.Parse(body)
 	if err != nil {
-		s.writeProblem(w, newProblem(probInvalidRequest, err.Error()))
+		s.fail(w, r, &bodyError{detail: err.Error()})
 		return idempotency.Request{}, false
 	}
-	if p, ok := decodeDocument(doc.Value, dst); !ok {
-		s.writeProblem(w, p)
+	if err := decodeDocument(doc.Value, dst); err != nil {
+		s.fail(w, r, err)
 		return idempotency.Request{}, false
 	}
 	return idempotency.Request{
@@ -69,37 +69,60 @@ func (s *Server) canonicalPost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// RawPath is set only when the path was sent encoded otherwise than Go would.
 		if r.Method == http.MethodPost && r.URL.RawPath != "" {
-			s.writeProblem(w, newProblem(probInvalidRequest,
-				"the path percent-encodes characters that need no encoding; send it as is (ids are plain ASCII)"))
+			s.fail(w, r, &bodyError{detail: "the path percent-encodes characters that need no encoding; send it as is (ids are plain ASCII)"})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-func tooLarge() problem {
-	return newProblem(probTooLarge, fmt.Sprintf("the request body exceeds %d bytes", MaxBodyBytes))
-}
+// Refusals of a request before its key is claimed. The problem table maps
+// them to their statuses, like every other error.
+var (
+	errTooLarge = fmt.Errorf("the request body exceeds %d bytes", MaxBodyBytes)
+	// errMediaType and errInvalidBody are what mediaError and bodyError are.
+	errMediaType   = errors.New("unsupported media type")
+	errInvalidBody = errors.New("invalid request body")
+)
+
+// mediaError refuses a request's Content-Type.
+type mediaError string
+
+func (e mediaError) Error() string        { return string(e) }
+func (e mediaError) Is(target error) bool { return target == errMediaType }
+
+// bodyError refuses a request's body or path, naming the member at fault.
+type bodyError struct{ field, detail string }
+
+func (e *bodyError) Error() string        { return e.detail }
+func (e *bodyError) Is(target error) bool { return target == errInvalidBody }
 
 // checkContentType accepts application/json, with no charset or UTF-8.
-func checkContentType(ct string) (problem, bool) {
+func checkContentType(ct string) error {
 	mediaType, params, err := mime.ParseMediaType(ct)
 	if err != nil || mediaType != "application/json" {
-		return newProblem(probUnsupportedMedia, fmt.Sprintf("Content-Type must be application/json, got %q", ct)), false
+		return mediaError(fmt.Sprintf("Content-Type must be application/json, got %q", ct))
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return newProblem(probUnsupportedMedia, fmt.Sprintf("the charset must be UTF-8, got %q", cs)), false
+		return mediaError(fmt.Sprintf("the charset must be UTF-8, got %q", cs))
 	}
-	return problem{}, true
+	return nil
 }
 
-// decodeStrict parses body and decodes it into dst, as readPost does.
+// decodeStrict parses body and decodes it into dst, as readPost does, and
+// returns the problem it would answer with.
 func decodeStrict(body []byte, dst any) (problem, bool) {
 	doc, err := idempotency.Parse(body)
-	if err != nil {
-		return newProblem(probInvalidRequest, err.Error()), false
+	if err == nil {
+		err = decodeDocument(doc.Value, dst)
+	} else {
+		err = &bodyError{detail: err.Error()}
 	}
-	return decodeDocument(doc.Value, dst)
+	if err == nil {
+		return problem{}, true
+	}
+	p, _ := problemFor(err)
+	return problemFromError(p, err), false
 }
 
 // decodeDocument fills the struct dst points to from a parsed JSON object,
@@ -109,16 +132,14 @@ func decodeStrict(body []byte, dst any) (problem, bool) {
 // members and wrong types with a detail that names the member; null leaves a
 // field as it is. dst's fields are strings, *string, *int64 and
 // map[string]string, all the request bodies need.
-func decodeDocument(doc any, dst any) (problem, bool) {
-	refuse := func(field, format string, args ...any) (problem, bool) {
-		p := newProblem(probInvalidRequest, fmt.Sprintf(format, args...))
-		p.Field = field
-		return p, false
+func decodeDocument(doc any, dst any) error {
+	refuse := func(field, format string, args ...any) error {
+		return &bodyError{field: field, detail: fmt.Sprintf(format, args...)}
 	}
 	members, isObject := doc.([]idempotency.Member)
 	switch {
 	case doc == nil:
-		return problem{}, true // null: an empty request, as encoding/json decodes it
+		return nil // null: an empty request, as encoding/json decodes it
 	case !isObject:
 		return refuse("", "the request body must be a JSON object, got %s", kindOf(doc))
 	}
@@ -178,7 +199,7 @@ func decodeDocument(doc any, dst any) (problem, bool) {
 			panic("httpapi: request field " + t.Field(i).Name + " has a type decodeDocument does not handle")
 		}
 	}
-	return problem{}, true
+	return nil
 }
 
 func fieldIndex(t reflect.Type, name string) int {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -116,15 +117,16 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// The charge's outcome, as the store decided it, for the metric; the
+	// render may run on the batch's goroutine, hence the atomic.
+	var outcome atomic.Pointer[payment.ChargeStatus]
 	render := func(c payment.Charge, body []byte, err error) (response, error) {
 		if err != nil {
 			return refusal(nameMissing(err, "account", in.AccountID))
 		}
+		outcome.Store(&c.Status)
 		if c.Status == payment.ChargeFailed {
-			p := newProblem(probInsufficientFunds, fmt.Sprintf("the balance of account %s does not cover %d %s",
-				payment.FormatID(payment.PrefixAccount, c.AccountID), c.Amount, c.Currency))
-			p.ChargeID = payment.FormatID(payment.PrefixCharge, c.ID)
-			return p.response(), nil
+			return refusal(&payment.FailedCharge{Charge: c})
 		}
 		return response{Status: http.StatusCreated, Location: "/v1/charges/" + payment.FormatID(payment.PrefixCharge, c.ID),
 			Body: append(body, '\n')}, nil
@@ -132,12 +134,8 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	res := s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
 		return s.backend.CreateCharge(ctx, idempotency.ChargeRequest{Key: req, Charge: nc, Render: render})
 	})
-	switch {
-	case res.Replayed:
-	case res.Status == http.StatusCreated:
-		s.opts.Metrics.Charge(string(payment.ChargeSucceeded))
-	case res.Status == http.StatusPaymentRequired:
-		s.opts.Metrics.Charge(string(payment.ChargeFailed))
+	if status := outcome.Load(); status != nil && res.Status != 0 && !res.Replayed {
+		s.opts.Metrics.Charge(string(*status))
 	}
 }
 

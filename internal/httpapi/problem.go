@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"payments/internal/docs"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 )
@@ -78,6 +79,12 @@ var errorProblems = []struct {
 	{payment.ErrRefundExceedsCharge, probRefundExceeds},
 	{payment.ErrChargeNotRefundable, probNotRefundable},
 	{payment.ErrUnavailable, probUnavailable},
+	{payment.ErrInsufficientFunds, probInsufficientFunds},
+	{errInvalidBody, probInvalidRequest},
+	{errTooLarge, probTooLarge},
+	{errMediaType, probUnsupportedMedia},
+	{docs.ErrNoSuchFile, probNotFound},
+	{docs.ErrMethod, probMethodNotAllowed},
 }
 
 // problemFor returns the problem type for err, and false for an unexpected error.
@@ -110,12 +117,21 @@ func newProblem(p problemType, detail string) problem {
 }
 
 // problemFromError builds the problem for a known error, naming the invalid
-// field of a validation error.
+// field, or the failed charge of a 402.
 func problemFromError(p problemType, err error) problem {
 	pr := newProblem(p, err.Error())
-	var ve *payment.ValidationError
-	if errors.As(err, &ve) {
+	var (
+		ve *payment.ValidationError
+		be *bodyError
+		fc *payment.FailedCharge
+	)
+	switch {
+	case errors.As(err, &ve):
 		pr.Field = ve.Field
+	case errors.As(err, &be):
+		pr.Field = be.field
+	case errors.As(err, &fc):
+		pr.ChargeID = payment.FormatID(payment.PrefixCharge, fc.Charge.ID)
 	}
 	return pr
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 
+	"payments/internal/docs"
 	"payments/internal/idempotency"
 	"payments/internal/metrics"
 	"payments/internal/payment"
@@ -47,8 +48,9 @@ type Backend interface {
 type Options struct {
 	// Spec is the OpenAPI document served at /openapi.yaml.
 	Spec []byte
-	// Docs serves the browsable documentation under /docs; nil leaves it out.
-	Docs http.Handler
+	// Docs serves the browsable documentation (internal/docs) under /docs,
+	// reading the spec from /openapi.yaml.
+	Docs bool
 	// Guard coalesces concurrent requests per key and caches completed
 	// responses; nil gives one with no cache.
 	Guard *idempotency.Guard
@@ -95,8 +97,8 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.yaml", s.spec)
 	r.Get("/problems/{slug}", s.problemDoc)
-	if opts.Docs != nil {
-		r.Mount("/docs", opts.Docs)
+	if opts.Docs {
+		r.Mount("/docs", docs.Handler("/openapi.yaml", s.fail))
 	}
 
 	r.Route("/v1", func(r chi.Router) {

@@ -23,6 +23,10 @@ var (
 	// ErrChargeNotRefundable: the charge failed, so there is nothing to refund.
 	ErrChargeNotRefundable = errors.New("charge did not succeed and cannot be refunded")
 
+	// ErrInsufficientFunds: the balance did not cover a charge, which is
+	// recorded as failed (see FailedCharge).
+	ErrInsufficientFunds = errors.New("insufficient funds")
+
 	// ErrUnauthenticated: the API key is missing or unknown.
 	ErrUnauthenticated = errors.New("unauthenticated")
 
@@ -49,3 +53,15 @@ func (e *ValidationError) Error() string {
 func Invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
+
+// FailedCharge is the refusal of a charge the balance did not cover: the
+// charge exists, with status ChargeFailed. It is an ErrInsufficientFunds.
+type FailedCharge struct{ Charge Charge }
+
+func (e *FailedCharge) Error() string {
+	return fmt.Sprintf("the balance of account %s does not cover %d %s",
+		FormatID(PrefixAccount, e.Charge.AccountID), e.Charge.Amount, e.Charge.Currency)
+}
+
+// Unwrap makes a FailedCharge an ErrInsufficientFunds.
+func (e *FailedCharge) Unwrap() error { return ErrInsufficientFunds }
