@@ -58,7 +58,7 @@ SELECT merchant_id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`
 // caller (its address) for the failure budget. A token that is no API key never
 // reaches the database; a valid key is trusted for authTrust; keys are looked
 // up by their SHA-256 hash, so the time taken tells nothing about a guess.
-func (s *Store) Authenticate(ctx context.Context, apiKey, client string) (uuid.UUID, error) {
+func (s *Merchants) Authenticate(ctx context.Context, apiKey, client string) (uuid.UUID, error) {
 	if !wellFormedAPIKey(apiKey) {
 		return uuid.Nil, errNotAnAPIKey
 	}
@@ -85,7 +85,7 @@ func (s *Store) Authenticate(ctx context.Context, apiKey, client string) (uuid.U
 // lookupAPIKey asks the database for the merchant of the key hashed to hash
 // and caches the answer. A key not known valid waits for one of the
 // UnknownKeyLookups slots, then checks client's budget again.
-func (s *Store) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, known bool, client string) (uuid.UUID, error) {
+func (s *Merchants) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, known bool, client string) (uuid.UUID, error) {
 	// Shared by every request waiting on this lookup: no one client's cancel
 	// may fail the others.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.KeyWait)

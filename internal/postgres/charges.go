@@ -61,7 +61,7 @@ type chargeAnswer struct {
 // charges running concurrently in this process. Its result is req's rendered
 // response, or the replay of the one stored under the key; the errors are
 // those of Idempotent.
-func (s *Store) CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
+func (s *ChargePath) CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
 	ans, err := s.charges.Do(ctx, req)
 	switch {
 	case err != nil:
@@ -74,7 +74,7 @@ func (s *Store) CreateCharge(ctx context.Context, req idempotency.ChargeRequest)
 
 // chargeAlone runs req as a batch of one that waits (up to KeyWait) for the
 // transaction holding its key, holding nothing itself while it waits.
-func (s *Store) chargeAlone(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
+func (s *ChargePath) chargeAlone(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
 	answers, err := s.chargeBatch(ctx, []idempotency.ChargeRequest{req}, true)
 	if err != nil {
 		return idempotency.Result{}, err
@@ -85,7 +85,7 @@ func (s *Store) chargeAlone(ctx context.Context, req idempotency.ChargeRequest) 
 // newChargeBatcher is the group commit of charges. A batch runs on no
 // request's context (one client going away must not abort its neighbours), so
 // it gets its own bound: every lock it may wait for is bounded by KeyWait.
-func (s *Store) newChargeBatcher() *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer] {
+func (s *ChargePath) newChargeBatcher() *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer] {
 	return groupcommit.New(context.Background(), func(ctx context.Context, reqs []idempotency.ChargeRequest) ([]chargeAnswer, error) {
 		ctx, cancel := context.WithTimeout(ctx, 3*s.opts.KeyWait)
 		defer cancel()
@@ -95,7 +95,7 @@ func (s *Store) newChargeBatcher() *groupcommit.Batcher[idempotency.ChargeReques
 
 // chargeBatch runs chargeTx, again after a deadlock, a serialization failure or
 // a key row that appeared under it, up to maxAttempts times.
-func (s *Store) chargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest, wait bool) ([]chargeAnswer, error) {
+func (s *ChargePath) chargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest, wait bool) ([]chargeAnswer, error) {
 	for attempt := 1; ; attempt++ {
 		answers, events, err := s.chargeTx(ctx, reqs, wait)
 		if err == nil {
@@ -194,7 +194,7 @@ SELECT at FROM stored`
 // chargeTx runs one batch in one transaction (see the top of this file). With
 // wait, the keys' locks are waited for, as chargeAlone needs. It reports how
 // many events it wrote.
-func (s *Store) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequest, wait bool) (answers []chargeAnswer, events int, err error) {
+func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequest, wait bool) (answers []chargeAnswer, events int, err error) {
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return nil, 0, err

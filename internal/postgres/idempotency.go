@@ -55,7 +55,7 @@ RETURNING created_at`
 // differs. When another transaction holds the key, Idempotent waits for it up to
 // KeyWait and then answers from its outcome, or returns idempotency.ErrKeyInUse.
 // Database outages are reported as payment.ErrUnavailable.
-func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error) {
+func (s *Keys) Idempotent(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := s.idempotentOnce(ctx, req, step)
 		if err != nil && retryable(err) && attempt < maxAttempts {
@@ -65,7 +65,7 @@ func (s *Store) Idempotent(ctx context.Context, req idempotency.Request, step id
 	}
 }
 
-func (s *Store) idempotentOnce(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error) {
+func (s *Keys) idempotentOnce(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error) {
 	var (
 		res    idempotency.Result
 		events int
@@ -115,7 +115,7 @@ func runStep(ctx context.Context, tx pgx.Tx, req idempotency.Request, step idemp
 // found=false when there is none to answer from: the janitor removed the row
 // after the claim saw it, or it has expired (and is now deleted), so the
 // caller claims the key afresh.
-func (s *Store) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) (res idempotency.Result, found bool, err error) {
+func (s *Keys) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) (res idempotency.Result, found bool, err error) {
 	var (
 		stored   []byte
 		resp     idempotency.Response
@@ -186,7 +186,7 @@ WHERE (merchant_id, key) IN (
 // DeleteExpiredKeys deletes up to batch keys older than ttl, in one short
 // transaction. It reports ran=false without deleting anything when another
 // janitor holds the lock.
-func (s *Store) DeleteExpiredKeys(ctx context.Context, ttl time.Duration, batch int) (deleted int64, ran bool, err error) {
+func (s *Keys) DeleteExpiredKeys(ctx context.Context, ttl time.Duration, batch int) (deleted int64, ran bool, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(janitorLockKey)).Scan(&ran); err != nil || !ran {
 			return err

@@ -55,13 +55,13 @@ type APIKey struct {
 
 // CreateMerchant registers a merchant with one API key and returns both; see
 // RegisterMerchant for the key's id.
-func (s *Store) CreateMerchant(ctx context.Context, name string) (uuid.UUID, string, error) {
+func (s *Merchants) CreateMerchant(ctx context.Context, name string) (uuid.UUID, string, error) {
 	id, key, err := s.RegisterMerchant(ctx, name)
 	return id, key.Secret, err
 }
 
 // RegisterMerchant registers a merchant with one API key and returns both.
-func (s *Store) RegisterMerchant(ctx context.Context, name string) (uuid.UUID, NewAPIKey, error) {
+func (s *Merchants) RegisterMerchant(ctx context.Context, name string) (uuid.UUID, NewAPIKey, error) {
 	id := payment.NewID()
 	var key NewAPIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -80,7 +80,7 @@ func (s *Store) RegisterMerchant(ctx context.Context, name string) (uuid.UUID, N
 
 // CreateAPIKey gives merchant one more API key. It returns ErrUnknownMerchant
 // when there is no such merchant.
-func (s *Store) CreateAPIKey(ctx context.Context, merchant uuid.UUID) (NewAPIKey, error) {
+func (s *Merchants) CreateAPIKey(ctx context.Context, merchant uuid.UUID) (NewAPIKey, error) {
 	var key NewAPIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
@@ -116,7 +116,7 @@ func insertAPIKey(ctx context.Context, tx pgx.Tx, merchant uuid.UUID) (NewAPIKey
 
 // ListAPIKeys returns merchant's keys, oldest first, revoked ones included. It
 // returns ErrUnknownMerchant when there is no such merchant.
-func (s *Store) ListAPIKeys(ctx context.Context, merchant uuid.UUID) ([]APIKey, error) {
+func (s *Merchants) ListAPIKeys(ctx context.Context, merchant uuid.UUID) ([]APIKey, error) {
 	var keys []APIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var exists bool
@@ -143,7 +143,7 @@ func (s *Store) ListAPIKeys(ctx context.Context, merchant uuid.UUID) ([]APIKey, 
 
 // RevokeAPIKey revokes the key with the public id keyID: every replica refuses
 // it within authTrust. It returns ErrUnknownAPIKey or ErrAPIKeyRevoked.
-func (s *Store) RevokeAPIKey(ctx context.Context, keyID string) (APIKey, error) {
+func (s *Merchants) RevokeAPIKey(ctx context.Context, keyID string) (APIKey, error) {
 	var k APIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT id, created_at, last_used_at, revoked_at FROM api_keys WHERE id = $1 FOR UPDATE`, keyID).

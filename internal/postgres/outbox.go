@@ -29,7 +29,7 @@ type OutboxLease struct {
 // ClaimOutbox tries to become the relay leader. It returns
 // payment.ErrNotLeader when another process holds the lease, and
 // payment.ErrUnavailable when the database cannot be reached.
-func (s *Store) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
+func (s *Outbox) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, asUnavailable(fmt.Errorf("connect for the outbox lease: %w", err))
@@ -140,7 +140,7 @@ func (l *OutboxLease) Prune(ctx context.Context, retention time.Duration, batch 
 
 // Backlog reports how many events wait to be published, and the age of the
 // oldest.
-func (s *Store) Backlog(ctx context.Context) (count int64, oldest time.Duration, err error) {
+func (s *Outbox) Backlog(ctx context.Context) (count int64, oldest time.Duration, err error) {
 	return backlog(ctx, s.pool)
 }
 

@@ -68,10 +68,52 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Store is the PostgreSQL-backed ledger, reader and idempotency store.
+// Store is the PostgreSQL side of the service, one role per type, each with
+// its SQL in its own file, over one pool: Keys (idempotency.go), ChargePath
+// (charges.go, ledger.go), Reader (reader.go), Outbox (outbox.go) and
+// Merchants (merchants.go, auth.go). Store bundles them for cmd/payments,
+// which hands each consumer of the store the interface it declares.
 type Store struct {
+	*db
+	*Keys
+	*ChargePath
+	*Reader
+	*Outbox
+	*Merchants
+}
+
+// db is what every role shares: the pool, the options, and the notifier that
+// wakes the relay after events commit.
+type db struct {
 	pool *pgxpool.Pool
 	opts Options
+
+	// notify carries "events committed" to the notifier goroutine; its buffer
+	// of one folds a burst of commits into one NOTIFY.
+	notify       chan struct{}
+	stopNotifier context.CancelFunc
+	notifierDone chan struct{}
+}
+
+// Keys runs steps under idempotency keys and expires the keys.
+type Keys struct{ *db }
+
+// ChargePath is the charge path: group-committed batches of charges.
+type ChargePath struct {
+	*db
+	charges   *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer]
+	chargeSQL chargeStatements
+}
+
+// Reader reads a merchant's objects.
+type Reader struct{ *db }
+
+// Outbox hands the relay its lease on the outbox, and measures the backlog.
+type Outbox struct{ *db }
+
+// Merchants creates merchants and their API keys, and authenticates keys.
+type Merchants struct {
+	*db
 	auth authCache
 	// unknownKeys budgets failed key lookups per client, unknownSlots bounds
 	// lookups of keys not known valid, and authFlight folds concurrent lookups
@@ -79,15 +121,6 @@ type Store struct {
 	unknownKeys  failureBudget
 	unknownSlots chan struct{}
 	authFlight   singleflight.Group
-
-	// notify carries "events committed" to the notifier goroutine; its buffer
-	// of one folds a burst of commits into one NOTIFY.
-	notify       chan struct{}
-	stopNotifier context.CancelFunc
-	notifierDone chan struct{}
-
-	charges   *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer]
-	chargeSQL chargeStatements
 }
 
 // Open connects to the database at databaseURL. It does not wait for the
@@ -108,17 +141,24 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	s := &Store{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
-		chargeSQL: defaultChargeStatements, unknownSlots: make(chan struct{}, UnknownKeyLookups)}
+	d := &db{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{})}
 	var notifierCtx context.Context
-	notifierCtx, s.stopNotifier = context.WithCancel(context.Background())
-	go s.notifier(notifierCtx)
-	s.charges = s.newChargeBatcher()
+	notifierCtx, d.stopNotifier = context.WithCancel(context.Background())
+	go d.notifier(notifierCtx)
+	s := &Store{
+		db:         d,
+		Keys:       &Keys{d},
+		ChargePath: &ChargePath{db: d, chargeSQL: defaultChargeStatements},
+		Reader:     &Reader{d},
+		Outbox:     &Outbox{d},
+		Merchants:  &Merchants{db: d, unknownSlots: make(chan struct{}, UnknownKeyLookups)},
+	}
+	s.ChargePath.charges = s.ChargePath.newChargeBatcher()
 	return s, nil
 }
 
 // Close waits for connections in use to be released and closes the pool.
-func (s *Store) Close() {
+func (s *db) Close() {
 	s.stopNotifier()
 	<-s.notifierDone
 	s.pool.Close()
@@ -126,7 +166,7 @@ func (s *Store) Close() {
 
 // eventsCommitted tells the relay, wherever it runs, that events committed.
 // It never blocks: a NOTIFY already pending covers this commit too.
-func (s *Store) eventsCommitted() {
+func (s *db) eventsCommitted() {
 	select {
 	case s.notify <- struct{}{}:
 	default:
@@ -137,7 +177,7 @@ func (s *Store) eventsCommitted() {
 // runs in its own tiny transaction, after the business transactions: a NOTIFY
 // inside them would make their commits queue on a database-wide lock. If it is
 // lost (the process dies first), the relay's polling finds the events.
-func (s *Store) notifier(ctx context.Context) {
+func (s *db) notifier(ctx context.Context) {
 	defer close(s.notifierDone)
 	for {
 		select {
@@ -164,11 +204,11 @@ func (s *Store) notifier(ctx context.Context) {
 const notifyEvery = 10 * time.Millisecond
 
 // Pool exposes the connection pool for statistics and tests.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+func (s *db) Pool() *pgxpool.Pool { return s.pool }
 
 // Ping checks that the database answers. It returns payment.ErrUnavailable
 // when it does not.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *db) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
 		return asUnavailable(fmt.Errorf("ping: %w", err))
 	}
@@ -177,7 +217,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // inTx runs fn in a transaction on a pooled connection (see acquire). fn's
 // error rolls the transaction back.
-func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+func (s *db) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return err
@@ -188,7 +228,7 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 
 // acquire takes a pooled connection, waiting at most KeyWait for one: a pool
 // that stays exhausted is payment.ErrUnavailable, not an unbounded queue.
-func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+func (s *db) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	acquireCtx, cancel := context.WithTimeout(ctx, s.opts.KeyWait)
 	defer cancel()
 	conn, err := s.pool.Acquire(acquireCtx)

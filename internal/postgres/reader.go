@@ -27,7 +27,7 @@ FROM deposits WHERE merchant_id = $1 AND account_id = $2 AND id = $3`
 
 // Account returns the merchant's account with its current balance, or
 // payment.ErrNotFound.
-func (s *Store) Account(ctx context.Context, merchantID, id uuid.UUID) (payment.Account, error) {
+func (s *Reader) Account(ctx context.Context, merchantID, id uuid.UUID) (payment.Account, error) {
 	var a payment.Account
 	err := s.pool.QueryRow(ctx, accountSQL, merchantID, id).
 		Scan(&a.ID, &a.MerchantID, &a.Currency, &a.Balance, &a.Description, &a.Metadata, &a.CreatedAt)
@@ -35,7 +35,7 @@ func (s *Store) Account(ctx context.Context, merchantID, id uuid.UUID) (payment.
 }
 
 // Deposit returns a deposit into the merchant's account, or payment.ErrNotFound.
-func (s *Store) Deposit(ctx context.Context, merchantID, accountID, id uuid.UUID) (payment.Deposit, error) {
+func (s *Reader) Deposit(ctx context.Context, merchantID, accountID, id uuid.UUID) (payment.Deposit, error) {
 	var d payment.Deposit
 	err := s.pool.QueryRow(ctx, depositByIDSQL, merchantID, accountID, id).
 		Scan(&d.ID, &d.AccountID, &d.Amount, &d.Currency, &d.CreatedAt)
@@ -43,7 +43,7 @@ func (s *Store) Deposit(ctx context.Context, merchantID, accountID, id uuid.UUID
 }
 
 // Charge returns the merchant's charge, or payment.ErrNotFound.
-func (s *Store) Charge(ctx context.Context, merchantID, id uuid.UUID) (payment.Charge, error) {
+func (s *Reader) Charge(ctx context.Context, merchantID, id uuid.UUID) (payment.Charge, error) {
 	c, err := scanCharge(s.pool.QueryRow(ctx, chargeByIDSQL, merchantID, id))
 	return c, readErr("charge", err)
 }
@@ -106,7 +106,7 @@ LIMIT $4`
 
 // Charges returns a page of the merchant's charges, newest first, or
 // payment.ErrNotFound when q names an account the merchant does not have.
-func (s *Store) Charges(ctx context.Context, merchantID uuid.UUID, q payment.ChargeQuery) (payment.Page[payment.Charge], error) {
+func (s *Reader) Charges(ctx context.Context, merchantID uuid.UUID, q payment.ChargeQuery) (payment.Page[payment.Charge], error) {
 	after := int64(math.MaxInt64)
 	if q.StartingAfter != uuid.Nil {
 		err := s.pool.QueryRow(ctx, chargeSeqSQL, merchantID, q.StartingAfter).Scan(&after)
@@ -138,7 +138,7 @@ func (s *Store) Charges(ctx context.Context, merchantID uuid.UUID, q payment.Cha
 }
 
 // Refund returns a refund of the merchant's charge, or payment.ErrNotFound.
-func (s *Store) Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) (payment.Refund, error) {
+func (s *Reader) Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) (payment.Refund, error) {
 	var r payment.Refund
 	err := s.pool.QueryRow(ctx, refundByIDSQL, merchantID, chargeID, id).
 		Scan(&r.ID, &r.ChargeID, &r.AccountID, &r.Amount, &r.Currency, &r.CreatedAt)
@@ -146,7 +146,7 @@ func (s *Store) Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) 
 }
 
 // Events returns a page of the merchant's events, oldest first.
-func (s *Store) Events(ctx context.Context, merchantID uuid.UUID, q payment.EventQuery) (payment.Page[payment.Event], error) {
+func (s *Reader) Events(ctx context.Context, merchantID uuid.UUID, q payment.EventQuery) (payment.Page[payment.Event], error) {
 	var (
 		afterTx  pgtype.Uint64 // xid8
 		afterSeq int64
