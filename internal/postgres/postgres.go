@@ -153,7 +153,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		Outbox:     &Outbox{d},
 		Merchants:  &Merchants{db: d, unknownSlots: make(chan struct{}, UnknownKeyLookups)},
 	}
-	s.ChargePath.charges = s.ChargePath.newChargeBatcher()
+	s.charges = s.newChargeBatcher()
 	return s, nil
 }
 
