@@ -39,19 +39,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	defer store.Close()
 	m.Pool(store.Pool())
-	guard := idempotency.NewGuard(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
+	front := idempotency.NewFront(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
 	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
-		func() float64 { h, _ := guard.Cache().Stats(); return float64(h) })
+		func() float64 { h, _ := front.Cache().Stats(); return float64(h) })
 	m.GaugeFunc("payments_idempotency_cache_entries", "Completed responses held in the cache.",
-		func() float64 { return float64(guard.Cache().Len()) })
+		func() float64 { return float64(front.Cache().Len()) })
 	m.GaugeFunc("payments_idempotency_cache_bytes", "Bytes the cached responses are counted for (IDEMPOTENCY_CACHE_BYTES bounds them).",
-		func() float64 { return float64(guard.Cache().Bytes()) })
+		func() float64 { return float64(front.Cache().Bytes()) })
 	m.GaugeFunc("payments_idempotency_cache_max_bytes", "The cache's byte bound, IDEMPOTENCY_CACHE_BYTES.",
 		func() float64 { return float64(cfg.CacheBytes) })
 	m.GaugeFunc("payments_idempotency_cache_max_entries", "The cache's bound (IDEMPOTENCY_CACHE_SIZE).",
 		func() float64 { return float64(cfg.CacheSize) })
 	m.GaugeFunc("payments_idempotency_keys_in_flight", "Keys executing in this process (coalescing leaders).",
-		func() float64 { return float64(guard.InFlight()) })
+		func() float64 { return float64(front.InFlight()) })
 	if err := store.Ping(ctx); err != nil {
 		// Start anyway: /readyz reports the database, and requests answer 503
 		// until it is back.
@@ -61,7 +61,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	api := httpapi.New(store, log, httpapi.Options{
 		Spec:    payments.OpenAPI,
 		Docs:    true,
-		Guard:   guard,
+		Front:   front,
 		Metrics: m,
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)

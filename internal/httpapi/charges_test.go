@@ -74,7 +74,7 @@ func TestChargeThenReplayIsByteForByte(t *testing.T) {
 }
 
 // TestReplaysComeFromTheCache: the server answers a retry from the response
-// cache of the guard it was given, byte for byte, without the database.
+// cache of the front it was given, byte for byte, without the database.
 func TestReplaysComeFromTheCache(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -84,12 +84,12 @@ func TestReplaysComeFromTheCache(t *testing.T) {
 	if first.status != http.StatusCreated {
 		t.Fatalf("charge: %d %s", first.status, first.body)
 	}
-	hits, _ := f.guard.Cache().Stats()
+	hits, _ := f.front.Cache().Stats()
 	again := f.post("/v1/charges", key, chargeBody(acct, 100))
 	if !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry: %d %s, want the replay of %s", again.status, again.body, first.body)
 	}
-	if now, _ := f.guard.Cache().Stats(); now != hits+1 {
+	if now, _ := f.front.Cache().Stats(); now != hits+1 {
 		t.Errorf("the cache counted %d hits for the retry, want 1", now-hits)
 	}
 	if f.charges() != 1 || f.balance(acct) != 900 {

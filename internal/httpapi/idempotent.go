@@ -41,11 +41,11 @@ func refusal(err error) (response, error) {
 }
 
 // executeWith answers the request from store, which executes it at most once
-// per key, behind the guard's cache and coalescing. It returns the result it
+// per key, behind the front's cache and coalescing. It returns the result it
 // answered with (zero after an error), so the caller can count what happened.
 func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempotency.Request,
 	store func(context.Context) (idempotency.Result, error)) idempotency.Result {
-	res, err := s.opts.Guard.Do(r.Context(), req, store)
+	res, err := s.opts.Front.Do(r.Context(), req, store)
 	switch p, _ := problemFor(err); {
 	case err != nil && p == probKeyReused:
 		s.audit(r, req, metrics.OutcomeMismatch)

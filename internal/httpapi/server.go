@@ -51,9 +51,9 @@ type Options struct {
 	// Docs serves the browsable documentation (internal/docs) under /docs,
 	// reading the spec from /openapi.yaml.
 	Docs bool
-	// Guard coalesces concurrent requests per key and caches completed
+	// Front coalesces concurrent requests per key and caches completed
 	// responses; nil gives one with no cache.
-	Guard *idempotency.Guard
+	Front *idempotency.Front
 	// Metrics records requests and outcomes; nil gives a fresh set. The API
 	// does not serve them: cmd/payments does, on METRICS_ADDR.
 	Metrics *metrics.Metrics
@@ -69,8 +69,8 @@ type Server struct {
 
 // New returns the API's HTTP handler.
 func New(backend Backend, log *slog.Logger, opts Options) *Server {
-	if opts.Guard == nil {
-		opts.Guard = idempotency.NewGuard(0, 0, 0, 0)
+	if opts.Front == nil {
+		opts.Front = idempotency.NewFront(0, 0, 0, 0)
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()

@@ -35,7 +35,7 @@ type fixture struct {
 	merchantID uuid.UUID
 	apiKey     string
 	logs       *testkit.LogBuffer
-	guard      *idempotency.Guard // the server's; its cache counts hits
+	front      *idempotency.Front // the server's; its cache counts hits
 	metrics    *metrics.Metrics   // the server's; scrape them with scrape
 }
 
@@ -68,14 +68,14 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 
 	logs := &testkit.LogBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	guard := idempotency.NewGuard(o.cacheSize, 64<<20, 24*time.Hour, o.keyWait)
+	front := idempotency.NewFront(o.cacheSize, 64<<20, 24*time.Hour, o.keyWait)
 	m := metrics.New()
 	srv := httptest.NewServer(httpapi.New(store, log, httpapi.Options{
-		Spec: []byte("openapi: 3.1.0\n"), Guard: guard, Metrics: m,
+		Spec: []byte("openapi: 3.1.0\n"), Front: front, Metrics: m,
 	}))
 	t.Cleanup(srv.Close)
 
-	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs, guard: guard, metrics: m}
+	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs, front: front, metrics: m}
 	f.merchantID, f.apiKey, err = store.CreateMerchant(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)

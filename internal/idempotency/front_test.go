@@ -261,11 +261,11 @@ func TestCache(t *testing.T) {
 	}
 }
 
-// TestGuardReplaysFromTheCache: once a key's request has executed, the guard
+// TestFrontReplaysFromTheCache: once a key's request has executed, the front
 // answers its retries from the cache without executing again, and refuses a
 // different request under the key; a failed execution is not remembered.
-func TestGuardReplaysFromTheCache(t *testing.T) {
-	g := NewGuard(10, 64<<20, 24*time.Hour, 0)
+func TestFrontReplaysFromTheCache(t *testing.T) {
+	g := NewFront(10, 64<<20, 24*time.Hour, 0)
 	merchant := uuid.New()
 	var executions atomic.Int32
 	fail := errors.New("database gone")
