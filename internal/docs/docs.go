@@ -34,24 +34,11 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; " +
 	"style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// Handler returns the handler of the documentation page, which renders the
-// OpenAPI document at specURL (for example "/openapi.yaml"; it must be on the
-// same origin as the page). It returns no error: all it serves is embedded.
-//
-// It serves, relative to the path it is mounted at:
-//
-//	/ and /index.html   the page (text/html)
-//	/init.js            the script that starts Swagger UI
-//	/assets/NAME        Swagger UI's files and their licences
-//
-// Anything else is ErrNoSuchFile and any method but GET and HEAD ErrMethod,
-// handed to fail, which answers them as the API answers every error.
-//
-// Mount it with chi, r.Mount("/docs", docs.Handler("/openapi.yaml", fail)): chi's Mount
-// leaves r.URL.Path whole, so Handler reads the path below the mount point from
-// chi's route context. Without chi, give it that path in r.URL.Path, as
-// http.StripPrefix("/docs", ...) does. The page refers to its assets by absolute
-// paths under the mount point, so it works both as /docs and as /docs/.
+// Handler serves the documentation page for the OpenAPI document at specURL
+// (same origin): the page at / and /index.html, /init.js, and Swagger UI's
+// files under /assets/, all embedded. Other paths (ErrNoSuchFile) and methods
+// (ErrMethod) go to fail. Under chi's Mount it reads the path below the mount
+// point from the route context; elsewhere, strip the prefix first.
 func Handler(specURL string, fail func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	h := &handler{specURL: specURL, fail: fail, assets: make(map[string]asset)}
 	add := func(name, urlPath string) {

@@ -1,34 +1,11 @@
-// Package pgtest provisions real PostgreSQL databases for integration tests. Each
-// test package gets its own freshly migrated database; a test that needs a database
-// to itself gets a further one, copied in milliseconds from a migrated template.
-// The database is never mocked.
-//
-// A package opts in with a TestMain and asks for URLs in its tests:
-//
-//	func TestMain(m *testing.M) { pgtest.Main(m) }
-//
-//	func TestCharge(t *testing.T) {
-//		pool, err := pgxpool.New(t.Context(), pgtest.DatabaseURL(t))
-//		...
-//	}
-//
-// The server comes from the first of these that is available:
-//
-//  1. PAYMENTS_TEST_DATABASE_URL: a postgres:// URL of a server and a role that may
-//     CREATE DATABASE. The database it names is used only for admin statements.
-//  2. A Docker-compatible engine, when DOCKER_HOST is set or /var/run/docker.sock
-//     exists and the engine answers testcontainers-go's health check: a PostgreSQL
-//     container from PAYMENTS_TEST_POSTGRES_IMAGE (default postgres:16-alpine) is
-//     started for the package and removed when its tests end.
-//  3. A PostgreSQL server on 127.0.0.1:5432 that lets user postgres in without a
-//     password.
-//
-// An explicit choice that fails is an error, not a reason to try the next source:
-// a bad PAYMENTS_TEST_DATABASE_URL, an engine named by DOCKER_HOST that does not
-// answer, or a container that does not start fails the package. If no source is
-// available, Main fails the package with a message naming all three.
-//
-// The server must be PostgreSQL 13 or newer (DROP DATABASE ... WITH (FORCE)).
+// Package pgtest gives integration tests real PostgreSQL databases: one
+// migrated database per test package (pgtest.Main in TestMain, DatabaseURL in
+// tests), and a private copy of its template for a test that needs one
+// (NewDatabase). The server is PAYMENTS_TEST_DATABASE_URL if set, else a
+// container from a Docker-compatible engine (testcontainers-go, image
+// PAYMENTS_TEST_POSTGRES_IMAGE), else trust-auth PostgreSQL on 127.0.0.1:5432.
+// A source that is chosen and fails fails the package; none at all fails it
+// with a message naming the three. PostgreSQL 13 or newer.
 package pgtest
 
 import (
