@@ -246,5 +246,5 @@ func (s *Server) problemDoc(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.writeProblem(w, newProblem(probNotFound, "no such problem type"))
+	s.fail(w, r, refused{"no such problem type", payment.ErrNotFound})
 }

@@ -85,7 +85,21 @@ var errorProblems = []struct {
 	{errMediaType, probUnsupportedMedia},
 	{docs.ErrNoSuchFile, probNotFound},
 	{docs.ErrMethod, probMethodNotAllowed},
+	{errMethodNotAllowed, probMethodNotAllowed},
 }
+
+// errMethodNotAllowed: the path exists, not with this method.
+var errMethodNotAllowed = errors.New("method not allowed")
+
+// refused is an error with a detail of its own that is one of the table's
+// errors (kind), for refusals the router decides.
+type refused struct {
+	detail string
+	kind   error
+}
+
+func (e refused) Error() string        { return e.detail }
+func (e refused) Is(target error) bool { return target == e.kind }
 
 // problemFor returns the problem type for err, and false for an unexpected error.
 func problemFor(err error) (problemType, bool) {

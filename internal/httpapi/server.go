@@ -79,7 +79,7 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer, s.canonicalPost)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		s.writeProblem(w, newProblem(probNotFound, "no route for "+methodName(r.Method)+" "+r.URL.Path))
+		s.fail(w, r, refused{"no route for " + methodName(r.Method) + " " + r.URL.Path, payment.ErrNotFound})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		// chi's own 405 handler sets Allow; a custom one must (RFC 9110 15.5.6).
@@ -90,7 +90,7 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 			}
 		}
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		s.writeProblem(w, newProblem(probMethodNotAllowed, methodName(r.Method)+" is not allowed on "+r.URL.Path))
+		s.fail(w, r, refused{methodName(r.Method) + " is not allowed on " + r.URL.Path, errMethodNotAllowed})
 	})
 
 	r.Get("/healthz", s.healthz)
