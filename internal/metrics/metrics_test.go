@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -78,7 +79,9 @@ func TestBacklogSampleFails(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); b.Run(ctx, 10*time.Millisecond) }()
-	for !strings.Contains(scrape(t, m), "payments_outbox_sample_errors_total 3\n") {
+	// At least three failures: the sampler goes on every 10 ms, so the count
+	// may pass any exact value between two scrapes.
+	for counter(t, scrape(t, m), "payments_outbox_sample_errors_total") < 3 {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
@@ -87,4 +90,19 @@ func TestBacklogSampleFails(t *testing.T) {
 	if !strings.Contains(body, "payments_outbox_backlog_events 7\n") || strings.Contains(body, "payments_outbox_sample_age_seconds 0\n") {
 		t.Errorf("after failed samples, want the last good one (7) and a growing age:\n%s", body)
 	}
+}
+
+// counter returns the value of an unlabelled metric in a scrape, or -1.
+func counter(t *testing.T, body, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return -1
 }
