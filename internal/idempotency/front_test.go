@@ -380,3 +380,39 @@ func TestCacheIsBoundedInBytes(t *testing.T) {
 		t.Error("a cache with no byte budget stored an entry")
 	}
 }
+
+// TestCacheByteBoundsAreExact pins the byte bounds where they start: an entry
+// of exactly 1/MaxEntryShare of the budget is cached, one byte more is not; a
+// cache holding exactly its budget (and exactly its count) evicts nothing,
+// and one entry more evicts the oldest.
+func TestCacheByteBoundsAreExact(t *testing.T) {
+	const share = 1024
+	now := time.Now()
+	merchant := uuid.New()
+	// An entry's size is its key, location and body, plus EntryOverhead.
+	bodyOf := func(key, location string, size int) []byte {
+		return bytes.Repeat([]byte("x"), size-EntryOverhead-len(key)-len(location))
+	}
+	c := NewCache(MaxEntryShare, share*MaxEntryShare, 24*time.Hour)
+	c.Add(request(merchant, "big", 1), Response{Status: 201, Location: "/l", Body: bodyOf("big", "/l", share+1)}, now)
+	if c.Len() != 0 {
+		t.Fatalf("an entry of %d bytes, over the share of %d, was cached", share+1, share)
+	}
+	for i := range MaxEntryShare {
+		key := fmt.Sprintf("k%03d", i)
+		c.Add(request(merchant, key, 1), Response{Status: 201, Location: "/l", Body: bodyOf(key, "/l", share)}, now)
+		if want := int64((i + 1) * share); c.Bytes() != want {
+			t.Fatalf("after %d entries of %d bytes the cache counts %d bytes, want %d", i+1, share, c.Bytes(), want)
+		}
+	}
+	if c.Len() != MaxEntryShare {
+		t.Fatalf("a cache filled to exactly its budget and count holds %d entries, want %d", c.Len(), MaxEntryShare)
+	}
+	c.Add(request(merchant, "k999", 1), Response{Status: 201, Location: "/l", Body: bodyOf("k999", "/l", share)}, now)
+	if c.Len() != MaxEntryShare || c.Bytes() != share*MaxEntryShare {
+		t.Fatalf("one more entry: %d entries, %d bytes; want %d and %d", c.Len(), c.Bytes(), MaxEntryShare, share*MaxEntryShare)
+	}
+	if _, _, ok := c.Lookup(request(merchant, "k000", 1)); ok {
+		t.Error("the oldest entry was not the one evicted")
+	}
+}
