@@ -43,19 +43,15 @@ func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idem
 		}
 		return idempotency.Request{}, false
 	}
-	doc, err := idempotency.Parse(body)
+	canonical, err := decodeBody(body, dst)
 	if err != nil {
-		s.fail(w, r, &bodyError{detail: err.Error()})
-		return idempotency.Request{}, false
-	}
-	if err := decodeDocument(doc.Value, dst); err != nil {
 		s.fail(w, r, err)
 		return idempotency.Request{}, false
 	}
 	return idempotency.Request{
 		MerchantID:  merchantFrom(r.Context()),
 		Key:         key,
-		Fingerprint: idempotency.NewFingerprint(r.Method, r.URL.Path, doc.Canonical),
+		Fingerprint: idempotency.NewFingerprint(r.Method, r.URL.Path, canonical),
 	}, true
 }
 
@@ -109,20 +105,14 @@ func checkContentType(ct string) error {
 	return nil
 }
 
-// decodeStrict parses body and decodes it into dst, as readPost does, and
-// returns the problem it would answer with.
-func decodeStrict(body []byte, dst any) (problem, bool) {
+// decodeBody parses body once and decodes it into dst. It returns the body's
+// canonical form, for the fingerprint, or the refusal (a bodyError).
+func decodeBody(body []byte, dst any) ([]byte, error) {
 	doc, err := idempotency.Parse(body)
-	if err == nil {
-		err = decodeDocument(doc.Value, dst)
-	} else {
-		err = &bodyError{detail: err.Error()}
+	if err != nil {
+		return nil, &bodyError{detail: err.Error()}
 	}
-	if err == nil {
-		return problem{}, true
-	}
-	p, _ := problemFor(err)
-	return problemFromError(p, err), false
+	return doc.Canonical, decodeDocument(doc.Value, dst)
 }
 
 // decodeDocument fills the struct dst points to from a parsed JSON object,

@@ -255,3 +255,14 @@ func show(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// decodeStrict is decodeBody with the problem readPost would answer with,
+// for the tests.
+func decodeStrict(body []byte, dst any) (problem, bool) {
+	_, err := decodeBody(body, dst)
+	if err == nil {
+		return problem{}, true
+	}
+	p, _ := problemFor(err)
+	return problemFromError(p, err), false
+}
