@@ -51,10 +51,6 @@ type chargeAnswer struct {
 	res      idempotency.Result
 	err      error
 	inFlight bool // another transaction holds the key: wait for it alone
-
-	// sameKeyAs is, for a member whose key an earlier member of the batch
-	// already used, that member's index plus one.
-	sameKeyAs int
 }
 
 // CreateCharge executes req at most once per (merchant, key), in a batch with the
@@ -207,9 +203,9 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 	}()
 
 	n := len(reqs)
-	merchants, keys, accountIDs := make([]uuid.UUID, n), make([]string, n), make([]uuid.UUID, n)
+	merchants, keys, accountIDs := make([]pgtype.UUID, n), make([]string, n), make([]pgtype.UUID, n)
 	for i, r := range reqs {
-		merchants[i], keys[i], accountIDs[i] = r.Key.MerchantID, r.Key.Key, r.Charge.AccountID
+		merchants[i], keys[i], accountIDs[i] = pgUUID(r.Key.MerchantID), r.Key.Key, pgUUID(r.Charge.AccountID)
 	}
 
 	// Round trip 1: lock the keys, read them and the accounts.
@@ -219,10 +215,10 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 	if wait {
 		b.Queue(lockKeySQL, merchants[0], keys[0])
 	} else {
-		b.Queue(s.chargeSQL.tryLockKeys, pgUUIDs(merchants), keys)
+		b.Queue(s.chargeSQL.tryLockKeys, merchants, keys)
 	}
-	b.Queue(s.chargeSQL.lookupKeys, pgUUIDs(merchants), keys, s.opts.KeyTTL)
-	b.Queue(s.chargeSQL.lockAccounts, pgUUIDs(merchants), keys, pgUUIDs(accountIDs), s.opts.KeyTTL)
+	b.Queue(s.chargeSQL.lookupKeys, merchants, keys, s.opts.KeyTTL)
+	b.Queue(s.chargeSQL.lockAccounts, merchants, keys, accountIDs, s.opts.KeyTTL)
 	br := conn.SendBatch(ctx, b)
 	locked, stored, now, accounts, err := readLocks(br, n, wait)
 	if closeErr := br.Close(); err == nil {
@@ -244,8 +240,8 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 			answers[i].inFlight = true
 		case stored[i].found && !stored[i].expired:
 			answers[i].res, answers[i].err = replayStored(r.Key, stored[i])
-		case seen:
-			answers[i].sameKeyAs = j + 1
+		case seen: // j's answer is final: it was decided above
+			answers[i] = sameKey(r.Key, reqs[j].Key, answers[j])
 			decided[i] = true
 		default:
 			first[id] = i
@@ -254,11 +250,6 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 				w.deleteExpired(r.Key)
 			}
 			answers[i].res, answers[i].err = w.decide(r, accounts, now)
-		}
-	}
-	for i := range answers {
-		if j := answers[i].sameKeyAs - 1; j >= 0 {
-			answers[i] = sameKey(reqs[i].Key, reqs[j].Key, answers[j])
 		}
 	}
 
@@ -550,10 +541,12 @@ func (w *chargeWrites) args() []any {
 func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
 	out := make([]pgtype.UUID, len(ids))
 	for i, id := range ids {
-		out[i] = pgtype.UUID{Bytes: id, Valid: true}
+		out[i] = pgUUID(id)
 	}
 	return out
 }
+
+func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
 // rollback ends a transaction that failed part way; a connection that cannot
 // even do that is closed, so the pool never hands out one in a transaction.
