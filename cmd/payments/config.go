@@ -17,6 +17,7 @@ type config struct {
 	HTTPAddr        string
 	IdempotencyTTL  time.Duration
 	IdempotencyWait time.Duration
+	CommitWait      time.Duration
 	DBMaxConns      int32
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
@@ -53,6 +54,8 @@ func (c *config) settings() []setting {
 			durationInto(&c.IdempotencyTTL)},
 		{"IDEMPOTENCY_WAIT", "idempotency-wait", "5s", "how long a request waits behind an in-flight request with the same key before 409",
 			durationInto(&c.IdempotencyWait)},
+		{"COMMIT_WAIT", "commit-wait", "5s", "how long a commit may wait for the synchronous standby before the request answers 503 instead of success",
+			durationInto(&c.CommitWait)},
 		{"IDEMPOTENCY_CACHE_SIZE", "idempotency-cache-size", "10000", "completed responses kept in memory for fast replays (0 disables)",
 			func(v string) error {
 				n, err := strconv.Atoi(v)
@@ -188,6 +191,10 @@ const (
 	// minJanitorInterval: a sweep is a database transaction; more often is a
 	// busy loop. maxJanitorBatch: one batch is one DELETE holding its rows'
 	// locks; larger ones stall live traffic.
+	// minCommitWait: a synchronous standby on a healthy network confirms a
+	// commit in a millisecond or two; a bound near that would turn every
+	// commit into a 503. The cap is maxKeyWait's, for the same reason.
+	minCommitWait      = 100 * time.Millisecond
 	minJanitorInterval = time.Second
 	maxJanitorBatch    = 100_000
 )
@@ -206,6 +213,10 @@ func (c config) check(name func(env string) string) error {
 		return fail("IDEMPOTENCY_WAIT", "%s rounds to 0 ms, which PostgreSQL's lock_timeout takes as no bound at all; want at least 1ms", c.IdempotencyWait)
 	case c.IdempotencyWait > maxKeyWait:
 		return fail("IDEMPOTENCY_WAIT", "%s is above the cap of %s: a waiting retry holds a connection and must answer 409 before the server's 30s write timeout", c.IdempotencyWait, maxKeyWait)
+	case c.CommitWait < minCommitWait:
+		return fail("COMMIT_WAIT", "%s is below the floor of %s: commits the standby confirms in time would answer 503", c.CommitWait, minCommitWait)
+	case c.CommitWait > maxKeyWait:
+		return fail("COMMIT_WAIT", "%s is above the cap of %s: a commit holds a connection and its requests, which must answer before the server's 30s write timeout", c.CommitWait, maxKeyWait)
 	case c.JanitorInterval < minJanitorInterval:
 		return fail("JANITOR_INTERVAL", "%s is below %s: each sweep is a database transaction", c.JanitorInterval, minJanitorInterval)
 	case c.JanitorInterval > c.IdempotencyTTL:

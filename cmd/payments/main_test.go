@@ -267,6 +267,8 @@ func TestSettingsThatBreakTheGuaranteeAreRefused(t *testing.T) {
 		{"ttl flag", nil, []string{"--idempotency-ttl", "10m"}, "invalid --idempotency-ttl"},
 		{"wait rounds to 0 ms", map[string]string{"IDEMPOTENCY_WAIT": "900us"}, nil, "invalid IDEMPOTENCY_WAIT: 900µs rounds to 0 ms"},
 		{"wait too long", map[string]string{"IDEMPOTENCY_WAIT": "21s"}, nil, "invalid IDEMPOTENCY_WAIT: 21s is above the cap of 20s"},
+		{"commit wait too short", map[string]string{"COMMIT_WAIT": "99ms"}, nil, "invalid COMMIT_WAIT: 99ms is below the floor of 100ms"},
+		{"commit wait too long", map[string]string{"COMMIT_WAIT": "21s"}, nil, "invalid COMMIT_WAIT: 21s is above the cap of 20s"},
 		{"janitor too often", map[string]string{"JANITOR_INTERVAL": "10ms"}, nil, "invalid JANITOR_INTERVAL"},
 		{"janitor slower than the ttl", map[string]string{"IDEMPOTENCY_TTL": "2h", "JANITOR_INTERVAL": "3h"}, nil, "invalid JANITOR_INTERVAL: 3h0m0s exceeds IDEMPOTENCY_TTL"},
 		{"janitor batch too large", map[string]string{"JANITOR_BATCH": "1000000"}, nil, "invalid JANITOR_BATCH"},
@@ -290,8 +292,8 @@ func TestSettingsThatBreakTheGuaranteeAreRefused(t *testing.T) {
 
 	// The boundaries themselves, and the defaults, are accepted.
 	ok := map[string]string{"IDEMPOTENCY_TTL": "1h", "IDEMPOTENCY_WAIT": "1ms", "JANITOR_INTERVAL": "1h",
-		"JANITOR_BATCH": "100000", "CHARGE_BATCHES": "19", "IDEMPOTENCY_CACHE_BYTES": "0"}
-	for _, env := range []map[string]string{nil, ok, {"IDEMPOTENCY_WAIT": "20s", "IDEMPOTENCY_CACHE_BYTES": "1GiB"}} {
+		"JANITOR_BATCH": "100000", "CHARGE_BATCHES": "19", "IDEMPOTENCY_CACHE_BYTES": "0", "COMMIT_WAIT": "100ms"}
+	for _, env := range []map[string]string{nil, ok, {"IDEMPOTENCY_WAIT": "20s", "IDEMPOTENCY_CACHE_BYTES": "1GiB", "COMMIT_WAIT": "20s"}} {
 		cfg, err := loadConfig("serve", nil, envOf(env), io.Discard)
 		if err != nil {
 			t.Errorf("loadConfig(%v) = %v", env, err)

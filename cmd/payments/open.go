@@ -18,7 +18,7 @@ func open(ctx context.Context, name string, args []string, getenv func(string) s
 		return config{}, nil, nil, err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	opts := postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL,
+	opts := postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL, CommitWait: cfg.CommitWait,
 		ChargeBatchSize: cfg.ChargeBatchSize, ChargeBatches: cfg.ChargeBatches}
 	if m != nil {
 		opts.OnExpired = func() { m.Idempotency(metrics.OutcomeExpired) }

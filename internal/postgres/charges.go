@@ -231,7 +231,10 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 	// Decide, member by member.
 	answers = make([]chargeAnswer, n)
 	decided := make([]bool, n) // answered by this batch's execution, not a stored row
-	var w chargeWrites
+	var (
+		w        chargeWrites
+		replayed bool // some answer comes from a stored row: confirm it (durable.go)
+	)
 	first := make(map[idempotency.Request]int, n) // by (merchant, key): the member that executed it
 	for i, r := range reqs {
 		id := idempotency.Request{MerchantID: r.Key.MerchantID, Key: r.Key.Key}
@@ -239,6 +242,7 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 		case !locked[i]:
 			answers[i].inFlight = true
 		case stored[i].found && !stored[i].expired:
+			replayed = true
 			answers[i].res, answers[i].err = replayStored(r.Key, stored[i])
 		case seen: // j's answer is final: it was decided above
 			answers[i] = sameKey(r.Key, reqs[j].Key, answers[j])
@@ -253,7 +257,8 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 		}
 	}
 
-	// Round trip 2: write and commit.
+	// Round trip 2: write and commit, on no request's context and confirmed
+	// by the synchronous standby, if any (durable.go).
 	b = &pgx.Batch{}
 	if len(w.expiredMerchants) > 0 {
 		b.Queue(deleteExpiredKeysOfSQL, w.expiredMerchants, w.expiredKeys, s.opts.KeyTTL)
@@ -261,10 +266,19 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 	if len(w.keyMerchants) > 0 {
 		b.Queue(s.chargeSQL.write, w.args()...)
 	}
+	if replayed {
+		b.Queue(confirmSQL)
+	}
 	b.Queue("COMMIT")
-	storedAt, err := writeAndCommit(conn.SendBatch(ctx, b), len(w.expiredMerchants) > 0, len(w.keyMerchants) > 0)
+	commitCtx, cancel := s.commitContext(ctx)
+	defer cancel()
+	takeWarning(conn.Conn().PgConn())
+	storedAt, err := writeAndCommit(conn.SendBatch(commitCtx, b), len(w.expiredMerchants) > 0, len(w.keyMerchants) > 0, replayed)
 	if err != nil {
 		return nil, 0, fmt.Errorf("write charges: %w", err)
+	}
+	if warning := takeWarning(conn.Conn().PgConn()); warning != nil {
+		return nil, 0, errNotConfirmed(warning)
 	}
 	for i := range answers {
 		if decided[i] && answers[i].err == nil {
@@ -276,7 +290,7 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 
 // writeAndCommit reads the answers of round trip 2: the time the keys'
 // responses were stored, if any were.
-func writeAndCommit(br pgx.BatchResults, deleted, wrote bool) (storedAt time.Time, err error) {
+func writeAndCommit(br pgx.BatchResults, deleted, wrote, confirmed bool) (storedAt time.Time, err error) {
 	defer func() {
 		if closeErr := br.Close(); err == nil {
 			err = closeErr
@@ -289,6 +303,11 @@ func writeAndCommit(br pgx.BatchResults, deleted, wrote bool) (storedAt time.Tim
 	}
 	if wrote {
 		if err := br.QueryRow().Scan(&storedAt); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if confirmed {
+		if _, err := br.Exec(); err != nil {
 			return time.Time{}, err
 		}
 	}

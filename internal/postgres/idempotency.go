@@ -147,6 +147,10 @@ func (s *Keys) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) (
 	if resp.Body, err = decodeBody(resp.Body, encoding); err != nil {
 		return idempotency.Result{}, false, err
 	}
+	// The stored response is answered only once the standby has it (durable.go).
+	if _, err := tx.Exec(ctx, confirmSQL); err != nil {
+		return idempotency.Result{}, false, fmt.Errorf("confirm stored key: %w", err)
+	}
 	res, err = idempotency.Replay(req, idempotency.Fingerprint(stored), resp)
 	res.StoredAt = storedAt
 	return res, true, err

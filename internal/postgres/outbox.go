@@ -23,7 +23,8 @@ const notifyChannel = "payments_events"
 // events. If the connection dies, PostgreSQL releases the lock and a standby
 // takes over.
 type OutboxLease struct {
-	conn *pgx.Conn
+	conn       *pgx.Conn
+	commitWait time.Duration
 }
 
 // ClaimOutbox tries to become the relay leader. It returns
@@ -47,7 +48,7 @@ func (s *Outbox) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
 		_ = conn.Close(ctx)
 		return nil, asUnavailable(fmt.Errorf("listen for events: %w", err))
 	}
-	return &OutboxLease{conn: conn}, nil
+	return &OutboxLease{conn: conn, commitWait: s.opts.CommitWait}, nil
 }
 
 // Close gives the lease up.
@@ -81,6 +82,12 @@ func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.Out
 	})
 	if err != nil {
 		return nil, asUnavailable(fmt.Errorf("select unpublished events: %w", err))
+	}
+	if len(events) > 0 {
+		// Nothing is published that a failover could still lose (durable.go).
+		if err := confirm(ctx, l.conn, l.commitWait); err != nil {
+			return nil, err
+		}
 	}
 	return events, nil
 }

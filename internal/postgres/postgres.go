@@ -53,6 +53,10 @@ type Options struct {
 	// 1). See internal/groupcommit.
 	ChargeBatchSize int
 	ChargeBatches   int
+	// CommitWait bounds a commit's wait for the synchronous standby (default
+	// 5s); a commit the standby has not confirmed by then is not acknowledged
+	// (durable.go).
+	CommitWait time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -64,6 +68,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KeyTTL <= 0 {
 		o.KeyTTL = 24 * time.Hour
+	}
+	if o.CommitWait <= 0 {
+		o.CommitWait = 5 * time.Second
 	}
 	return o
 }
@@ -137,6 +144,13 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	// Rounded up: a lock_timeout of 0 would mean no bound at all.
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(int64((opts.KeyWait+time.Millisecond-1)/time.Millisecond), 10)
 	cfg.ConnConfig.RuntimeParams["application_name"] = "payments"
+	cfg.ConnConfig.OnNotice = onNotice
+	// After a failover the old primary comes back as a standby. A connection
+	// to it (every host of a multi-host DATABASE_URL with
+	// target_session_attrs=read-write is checked when connecting, not after)
+	// is closed when released rather than used again: PostgreSQL reports
+	// in_hot_standby whenever it changes.
+	cfg.AfterRelease = func(c *pgx.Conn) bool { return c.PgConn().ParameterStatus("in_hot_standby") != "on" }
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
@@ -206,24 +220,48 @@ const notifyEvery = 10 * time.Millisecond
 // Pool exposes the connection pool for statistics and tests.
 func (s *db) Pool() *pgxpool.Pool { return s.pool }
 
-// Ping checks that the database answers. It returns payment.ErrUnavailable
-// when it does not.
+// Ping checks that the database answers and takes writes: a primary, not a
+// standby. It returns payment.ErrUnavailable when it does not.
 func (s *db) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
+	var standby bool
+	if err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
 		return asUnavailable(fmt.Errorf("ping: %w", err))
+	}
+	if standby {
+		return fmt.Errorf("%w: the database is a standby, not a primary", payment.ErrUnavailable)
 	}
 	return nil
 }
 
 // inTx runs fn in a transaction on a pooled connection (see acquire). fn's
-// error rolls the transaction back.
-func (s *db) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+// error rolls the transaction back. The commit is acknowledged only when the
+// synchronous standby, if any, confirmed it (durable.go).
+func (s *db) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	return pgx.BeginFunc(ctx, conn, fn)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		rollbackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = tx.Rollback(rollbackCtx) // if it fails, Release closes the connection
+		return err
+	}
+	commitCtx, cancel := s.commitContext(ctx)
+	defer cancel()
+	takeWarning(conn.Conn().PgConn())
+	if err := tx.Commit(commitCtx); err != nil {
+		return err
+	}
+	if n := takeWarning(conn.Conn().PgConn()); n != nil {
+		return errNotConfirmed(n)
+	}
+	return nil
 }
 
 // acquire takes a pooled connection, waiting at most KeyWait for one: a pool
@@ -248,6 +286,7 @@ const (
 	codeDeadlockDetected     = "40P01"
 	codeLockNotAvailable     = "55P03"
 	codeForeignKeyViolation  = "23503"
+	codeReadOnlyTransaction  = "25006"
 )
 
 func hasCode(err error, code string) bool {
@@ -278,8 +317,9 @@ func unreachable(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch {
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources, too many connections
-			strings.HasPrefix(pgErr.Code, "57P"), // admin shutdown, crash shutdown, cannot connect now
+			strings.HasPrefix(pgErr.Code, "53"),   // insufficient resources, too many connections
+			strings.HasPrefix(pgErr.Code, "57P"),  // admin shutdown, crash shutdown, cannot connect now
+			pgErr.Code == codeReadOnlyTransaction, // a primary demoted under the connection
 			pgErr.Code == codeLockNotAvailable:
 			return true
 		}

@@ -173,6 +173,12 @@ func (s *Reader) Events(ctx context.Context, merchantID uuid.UUID, q payment.Eve
 	if err != nil {
 		return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select events: %w", err))
 	}
+	if len(events) > 0 {
+		// No event is listed that a failover could still lose (durable.go).
+		if err := s.confirmOnPool(ctx); err != nil {
+			return payment.Page[payment.Event]{}, err
+		}
+	}
 	return page(events, q.Limit), nil
 }
 

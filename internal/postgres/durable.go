@@ -1,0 +1,114 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"payments/internal/payment"
+)
+
+// What a commit acknowledges, with a synchronous standby.
+//
+// With synchronous replication (synchronous_standby_names set, as Patroni's
+// synchronous mode does), COMMIT returns once the standby has the commit
+// record, so a failover to that standby loses nothing acknowledged. But when
+// that wait is cancelled (the client's cancel request, a statement_timeout, a
+// terminated backend) PostgreSQL ends it with only a WARNING: the transaction
+// is committed locally and COMMIT still reports success, although the standby
+// may not have it. A failover then loses a charge whose 201 was sent, and the
+// retry charges again under a new id.
+//
+// So, here:
+//
+//   - A commit runs on no request's context (commitContext): a client that goes
+//     away does not cancel the replication wait. Its own bound, CommitWait, is
+//     what a standby that stopped acknowledging costs a request.
+//   - Any WARNING during the commit's round trip (a plain COMMIT emits none)
+//     makes the outcome unknown: errNotConfirmed, which is
+//     payment.ErrUnavailable, a 503 the client retries with its key. The
+//     language of the message does not matter, only its severity.
+//   - An answer read from what an earlier transaction stored (a replayed
+//     response, the event feed, the relay's next events) is given only after
+//     a commit of this service's own is confirmed after it (confirmSQL): the
+//     standby receives the write-ahead log in order, so once it confirms a
+//     later commit, it has every earlier one. A row committed locally after a
+//     cancelled wait is thus never replayed as success until it is on the
+//     standby; while the standby is away, its retries answer 503.
+//
+// Without synchronous_standby_names none of this waits for anything:
+// confirmSQL then assigns no transaction id, and its COMMIT writes nothing.
+
+// warningKey is where onNotice keeps a connection's last WARNING, in the
+// connection's CustomData (each connection is used by one goroutine at a time,
+// the one reading its results, which is where notices are delivered).
+const warningKey = "payments.warning"
+
+// onNotice is every connection's notice handler: it remembers WARNINGs.
+func onNotice(c *pgconn.PgConn, n *pgconn.Notice) {
+	severity := n.SeverityUnlocalized
+	if severity == "" { // servers before 9.6 send only the localized one
+		severity = n.Severity
+	}
+	if severity == "WARNING" {
+		c.CustomData()[warningKey] = n
+	}
+}
+
+// takeWarning returns and forgets the last WARNING c received, or nil.
+func takeWarning(c *pgconn.PgConn) *pgconn.Notice {
+	n, _ := c.CustomData()[warningKey].(*pgconn.Notice)
+	delete(c.CustomData(), warningKey)
+	return n
+}
+
+// errNotConfirmed is a commit whose durability on the standby is unknown.
+func errNotConfirmed(n *pgconn.Notice) error {
+	return fmt.Errorf("%w: commit not confirmed (WARNING %s: %s %s)", payment.ErrUnavailable, n.Code, n.Message, n.Detail)
+}
+
+// confirmSQL, inside a transaction, makes its COMMIT wait for the synchronous
+// standby when there is one: a transaction with an id writes a commit record,
+// and COMMIT waits until the standby has it.
+const confirmSQL = `SELECT CASE WHEN current_setting('synchronous_standby_names') <> '' THEN pg_current_xact_id() END`
+
+// confirmTxSQL is confirmSQL in a transaction of its own, in one round trip.
+const confirmTxSQL = `BEGIN; ` + confirmSQL + `; COMMIT`
+
+// commitContext is the context of a commit's round trip: it ignores ctx's
+// cancellation (see above) and is bounded by CommitWait instead.
+func (s *db) commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.CommitWait)
+}
+
+// confirm returns once everything committed before it was called is on the
+// synchronous standby, if there is one, or payment.ErrUnavailable when that is
+// not known.
+func confirm(ctx context.Context, c *pgx.Conn, commitWait time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
+	defer cancel()
+	takeWarning(c.PgConn())
+	if _, err := c.Exec(ctx, confirmTxSQL); err != nil {
+		if c.PgConn().TxStatus() != 'I' && !c.IsClosed() {
+			_, _ = c.Exec(ctx, "ROLLBACK") // the outbox lease's connection lives on
+		}
+		return asUnavailable(fmt.Errorf("confirm commits: %w", err))
+	}
+	if n := takeWarning(c.PgConn()); n != nil {
+		return errNotConfirmed(n)
+	}
+	return nil
+}
+
+// confirmOnPool is confirm on a pooled connection.
+func (s *db) confirmOnPool(ctx context.Context) error {
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	return confirm(ctx, conn.Conn(), s.opts.CommitWait)
+}
