@@ -49,6 +49,21 @@ bench: ## Load-test scratch services (before/after group commit) against pg-refe
 chaos: ## Run the long fault-injection scenarios (CHAOS_LONG=1 ./internal/chaos, a few minutes)
 	CHAOS_LONG=1 $(GO) test -race -count=1 -v -timeout 30m ./internal/chaos/
 
+# A PostgreSQL HA cluster on this machine for development and the failover
+# tests: etcd and two Patroni members (deploy/ha), a primary and a synchronous
+# standby on 127.0.0.1:5441 and :5442, data and logs in HA_DIR (default
+# /var/tmp/payments-ha). ha-up is idempotent and prints the DATABASE_URL;
+# scripts/ha.sh has the helpers the tests use (primary, pid, ctl, ...).
+.PHONY: ha-up ha-down ha-status
+ha-up: ## Start the HA cluster (etcd, Patroni primary + sync standby) and print its DATABASE_URL
+	./scripts/ha.sh up
+
+ha-down: ## Stop the HA cluster and delete its data (HA_DIR)
+	./scripts/ha.sh down
+
+ha-status: ## Show the HA cluster's processes and members (patronictl list)
+	./scripts/ha.sh status
+
 # How long make fuzz runs each target. A failing input is saved under the
 # package's testdata/fuzz/<target>/, where go test then replays it.
 FUZZTIME ?= 30s
