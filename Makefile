@@ -45,9 +45,19 @@ bench: ## Load-test scratch services (before/after group commit) against pg-refe
 # outages, replicas racing one key, hostile input. Each scenario bounds itself
 # in time. Every scenario prints a "chaos-summary:" line, a row of the table in
 # docs/reliability.md.
-.PHONY: chaos
-chaos: ## Run the long fault-injection scenarios (CHAOS_LONG=1 ./internal/chaos, a few minutes)
-	CHAOS_LONG=1 $(GO) test -race -count=1 -v -timeout 30m ./internal/chaos/
+# The failover scenarios (TestFailover*) need the HA cluster: make chaos runs
+# them when make ha-up has started it, and says it skipped them otherwise;
+# make chaos-ha starts it and runs only them (CHAOS_LONG=1 for the long form).
+HA_ENV = PAYMENTS_HA_URL='$(shell ./scripts/ha.sh url)' PAYMENTS_HA_PATRONI=http://127.0.0.1:8441,http://127.0.0.1:8442
+
+.PHONY: chaos chaos-ha
+chaos: ## Run the long fault-injection scenarios (CHAOS_LONG=1 ./internal/chaos, a few minutes; failover too after make ha-up)
+	if HA_WAIT=2 ./scripts/ha.sh wait >/dev/null 2>&1; then export $(HA_ENV); fi; \
+	CHAOS_LONG=1 $(GO) test -race -count=1 -v -timeout 45m ./internal/chaos/
+
+chaos-ha: ## Start the HA cluster if needed and run the failover scenarios against it (kills its members)
+	./scripts/ha.sh up >/dev/null
+	$(HA_ENV) $(GO) test -race -count=1 -v -timeout 30m -run '^TestFailover' ./internal/chaos/
 
 # A PostgreSQL HA cluster on this machine for development and the failover
 # tests: etcd and two Patroni members (deploy/ha), a primary and a synchronous

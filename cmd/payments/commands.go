@@ -294,7 +294,14 @@ func ensureDatabase(ctx context.Context, databaseURL string, stderr io.Writer) e
 		return fmt.Errorf("database %q does not exist, and connecting to database postgres to create it failed: %w", name, err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+migrations.CreateDatabaseOptions); err != nil {
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+migrations.CreateDatabaseOptions)
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
+		// Created meanwhile, by another replica migrating at the same time,
+		// or already there but not yet replayed on the standby that a
+		// multi-host URL tried first (pgx stops at its "does not exist").
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("create database %q: %w", name, err)
 	}
 	fmt.Fprintf(stderr, "created database %q\n", name)

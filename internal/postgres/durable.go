@@ -40,7 +40,7 @@ import (
 //     standby; while the standby is away, its retries answer 503.
 //
 // Without synchronous_standby_names none of this waits for anything:
-// confirmSQL then assigns no transaction id, and its COMMIT writes nothing.
+// confirmSQL then writes nothing, and its COMMIT has nothing to wait for.
 
 // warningKey is where onNotice keeps a connection's last WARNING, in the
 // connection's CustomData (each connection is used by one goroutine at a time,
@@ -71,9 +71,16 @@ func errNotConfirmed(n *pgconn.Notice) error {
 }
 
 // confirmSQL, inside a transaction, makes its COMMIT wait for the synchronous
-// standby when there is one: a transaction with an id writes a commit record,
-// and COMMIT waits until the standby has it.
-const confirmSQL = `SELECT CASE WHEN current_setting('synchronous_standby_names') <> '' THEN pg_current_xact_id() END`
+// standby when there is one. It writes the smallest record there is to the
+// write-ahead log, a transactional logical message (which any role may emit,
+// at wal_level replica too): PostgreSQL waits for the standby only at the
+// commit of a transaction that wrote some, and a transaction id alone writes
+// none (checked on the HA cluster: with the standby's acknowledgements
+// stopped, BEGIN; SELECT pg_current_xact_id(); COMMIT returns at once, and
+// this does not).
+const confirmSQL = `
+SELECT CASE WHEN current_setting('synchronous_standby_names') <> ''
+            THEN pg_logical_emit_message(true, 'payments', 'confirm') END`
 
 // confirmTxSQL is confirmSQL in a transaction of its own, in one round trip.
 const confirmTxSQL = `BEGIN; ` + confirmSQL + `; COMMIT`

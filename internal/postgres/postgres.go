@@ -287,6 +287,7 @@ const (
 	codeLockNotAvailable     = "55P03"
 	codeForeignKeyViolation  = "23503"
 	codeReadOnlyTransaction  = "25006"
+	codeQueryCanceled        = "57014"
 )
 
 func hasCode(err error, code string) bool {
@@ -320,6 +321,7 @@ func unreachable(err error) bool {
 			strings.HasPrefix(pgErr.Code, "53"),   // insufficient resources, too many connections
 			strings.HasPrefix(pgErr.Code, "57P"),  // admin shutdown, crash shutdown, cannot connect now
 			pgErr.Code == codeReadOnlyTransaction, // a primary demoted under the connection
+			pgErr.Code == codeQueryCanceled,       // statement_timeout: rolled back, nothing done
 			pgErr.Code == codeLockNotAvailable:
 			return true
 		}
