@@ -55,9 +55,11 @@ chaos: ## Run the long fault-injection scenarios (CHAOS_LONG=1 ./internal/chaos,
 	if HA_WAIT=2 ./scripts/ha.sh wait >/dev/null 2>&1; then export $(HA_ENV); fi; \
 	CHAOS_LONG=1 $(GO) test -race -count=1 -v -timeout 45m ./internal/chaos/
 
-chaos-ha: ## Start the HA cluster if needed and run the failover scenarios against it (kills its members)
+HA_RUN ?= ^TestFailover
+
+chaos-ha: ## Start the HA cluster if needed and run the failover scenarios against it (kills its members; HA_RUN picks them)
 	./scripts/ha.sh up >/dev/null
-	$(HA_ENV) $(GO) test -race -count=1 -v -timeout 30m -run '^TestFailover' ./internal/chaos/
+	$(HA_ENV) $(GO) test -race -count=1 -v -timeout 30m -run '$(HA_RUN)' ./internal/chaos/
 
 # A PostgreSQL HA cluster on this machine for development and the failover
 # tests: etcd and two Patroni members (deploy/ha), a primary and a synchronous

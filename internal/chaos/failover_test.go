@@ -296,6 +296,16 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		lost:       int(moneyGap) + lostEvents + a.missingEvents,
 		violations: a.violations() + broken + unexpected + replayMismatch + int(unresolved.Load()) +
 			int(st.internal.Load()+st.badProblems.Load()),
-		command: "make ha-up && " + reproduce(t.Name()),
+		command: reproduceHA(t.Name()),
 	}.log(t, time.Since(began))
+}
+
+// reproduceHA is the command that runs a failover scenario alone in the
+// current mode.
+func reproduceHA(test string) string {
+	env := ""
+	if longMode() {
+		env = "CHAOS_LONG=1 "
+	}
+	return fmt.Sprintf("%smake chaos-ha HA_RUN='^%s$'", env, test)
 }
