@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -296,5 +297,42 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 	t.Logf("the replica refused the revoked key %s after the revocation committed", took.Round(time.Millisecond))
 	if took > revocationBound {
 		t.Errorf("revocation took %s to reach the replica, want at most %s", took, revocationBound)
+	}
+}
+
+// TestFailureBudgetIsBounded: however many addresses fail lookups, the budget
+// remembers at most budgetMaxClients of them: when it is full, a new address
+// first evicts the buckets that have refilled (they say nothing), and when
+// none has, it starts over.
+func TestFailureBudgetIsBounded(t *testing.T) {
+	var b failureBudget
+	now := time.Now()
+	fill := func(prefix string, at time.Time) {
+		for i := range budgetMaxClients {
+			b.charge(fmt.Sprintf("%s-%d", prefix, i), at)
+		}
+	}
+	fill("a", now)
+	if len(b.buckets) != budgetMaxClients {
+		t.Fatalf("%d buckets after %d addresses, want %d", len(b.buckets), budgetMaxClients, budgetMaxClients)
+	}
+	// Full, and nothing refilled: a new address starts the map over.
+	b.charge("new", now)
+	if len(b.buckets) > budgetMaxClients || len(b.buckets) != 1 {
+		t.Fatalf("%d buckets after one more address, want 1 (started over)", len(b.buckets))
+	}
+	// Full again, and by later every address but one has refilled: those go.
+	b = failureBudget{}
+	fill("b", now)
+	later := now.Add(time.Minute)
+	for range UnknownKeyBurst {
+		b.charge("b-0", later.Add(-time.Second)) // spent just before later
+	}
+	b.charge("newer", later)
+	if _, ok := b.buckets["b-0"]; !ok || len(b.buckets) != 2 {
+		t.Errorf("%d buckets (b-0 kept: %v) after evicting refilled ones, want b-0 and newer", len(b.buckets), ok)
+	}
+	if b.allows("b-1", later) != true {
+		t.Error("an evicted (refilled) address is refused")
 	}
 }

@@ -1,0 +1,201 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"payments/internal/idempotency"
+	"payments/internal/payment"
+	"payments/internal/pgtest"
+	"payments/internal/postgres"
+)
+
+// chargeFixture is a store on a database of its own with one funded account.
+func chargeFixture(t *testing.T, opts postgres.Options) (s *postgres.Store, url string, merchant, account uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	url = pgtest.NewDatabase(t)
+	var err error
+	if s, err = postgres.Open(ctx, url, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if merchant, _, err = s.CreateMerchant(ctx, t.Name()); err != nil {
+		t.Fatal(err)
+	}
+	account = payment.NewID()
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 10000)`,
+		merchant, account); err != nil {
+		t.Fatal(err)
+	}
+	return s, url, merchant, account
+}
+
+func newCharge(merchant, account uuid.UUID, amount int64) idempotency.ChargeRequest {
+	return idempotency.ChargeRequest{
+		Key:    idempotency.Request{MerchantID: merchant, Key: "k-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{byte(amount)}},
+		Charge: payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
+		Render: render,
+	}
+}
+
+// counts returns the merchant's charges and keys and the account's balance.
+func counts(t *testing.T, s *postgres.Store, merchant, account uuid.UUID) (charges, keys, balance int64) {
+	t.Helper()
+	if err := s.Pool().QueryRow(context.Background(), `
+SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1), (SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1),
+       (SELECT balance FROM accounts WHERE id = $2)`, merchant, account).Scan(&charges, &keys, &balance); err != nil {
+		t.Fatal(err)
+	}
+	return charges, keys, balance
+}
+
+// TestChargeRetriesBoundedly: a batch that hits a serialization failure every
+// time runs exactly maxAttempts (3) times and then fails, having written
+// nothing; one whose failure is not retryable runs once. A trigger raises the
+// failure and counts the attempts in a sequence, which no rollback undoes.
+func TestChargeRetriesBoundedly(t *testing.T) {
+	ctx := context.Background()
+	s, _, merchant, account := chargeFixture(t, postgres.Options{})
+	if _, err := s.Pool().Exec(ctx, `
+CREATE SEQUENCE attempts;
+CREATE TABLE fail_with (code text);
+CREATE FUNCTION fail_charge() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE c text;
+BEGIN
+    PERFORM nextval('attempts');
+    SELECT code INTO c FROM fail_with;
+    RAISE EXCEPTION 'planted failure' USING ERRCODE = c;
+END $$;
+CREATE TRIGGER fail_charge BEFORE INSERT ON charges FOR EACH ROW EXECUTE FUNCTION fail_charge();`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		code     string
+		attempts int64
+	}{
+		{"40001", 3}, // serialization_failure: run again, up to maxAttempts
+		{"40P01", 3}, // deadlock_detected: likewise
+		{"22000", 1}, // data_exception: not retried
+	} {
+		if _, err := s.Pool().Exec(ctx, `DELETE FROM fail_with; INSERT INTO fail_with VALUES ('`+tc.code+`'); SELECT setval('attempts', 1, false)`); err != nil {
+			t.Fatal(err)
+		}
+		for _, run := range []func(idempotency.ChargeRequest) error{
+			func(r idempotency.ChargeRequest) error { _, err := s.CreateCharge(ctx, r); return err },
+			func(r idempotency.ChargeRequest) error {
+				_, err := s.RunChargeBatch(ctx, []idempotency.ChargeRequest{r})
+				return err
+			},
+		} {
+			if _, err := s.Pool().Exec(ctx, `SELECT setval('attempts', 1, false)`); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- run(newCharge(merchant, account, 100)) }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Errorf("%s: a charge whose every attempt failed succeeded", tc.code)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: still retrying after 30 s", tc.code)
+			}
+			var attempts int64
+			if err := s.Pool().QueryRow(ctx, `SELECT last_value FROM attempts`).Scan(&attempts); err != nil {
+				t.Fatal(err)
+			}
+			if attempts != tc.attempts {
+				t.Errorf("%s: %d attempts, want %d", tc.code, attempts, tc.attempts)
+			}
+		}
+	}
+	if charges, keys, balance := counts(t, s, merchant, account); charges != 0 || keys != 0 || balance != 10000 {
+		t.Errorf("after the failures: %d charges, %d keys, balance %d; want 0, 0, 10000", charges, keys, balance)
+	}
+}
+
+// TestFailedCommitIsAnError: when the commit of a batch fails (here a
+// deferred trigger raises at COMMIT), the charge is an error, not a success,
+// and nothing is written.
+func TestFailedCommitIsAnError(t *testing.T) {
+	ctx := context.Background()
+	s, _, merchant, account := chargeFixture(t, postgres.Options{})
+	if _, err := s.Pool().Exec(ctx, `
+CREATE FUNCTION fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'planted commit failure' USING ERRCODE = '22000'; END $$;
+CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT ON charges
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_at_commit();`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.CreateCharge(ctx, newCharge(merchant, account, 100))
+	if err == nil {
+		t.Fatalf("a charge whose commit failed: %+v, no error", res)
+	}
+	if charges, keys, balance := counts(t, s, merchant, account); charges != 0 || keys != 0 || balance != 10000 {
+		t.Errorf("after the failed commit: %d charges, %d keys, balance %d; want 0, 0, 10000", charges, keys, balance)
+	}
+}
+
+// TestChargeStoredAt: a charge's result carries the time its response was
+// stored, and a replay from the database carries the original's, not the
+// replaying transaction's; a charge under an expired key (deleted in the same
+// batch) carries its new time.
+func TestChargeStoredAt(t *testing.T) {
+	ctx := context.Background()
+	s, _, merchant, account := chargeFixture(t, postgres.Options{KeyTTL: time.Hour})
+	req := newCharge(merchant, account, 100)
+	first, err := s.CreateCharge(ctx, req)
+	if err != nil || first.StoredAt.IsZero() {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	// In a batch with a fresh charge, so that the batch stores a time too.
+	got, err := s.RunChargeBatch(ctx, []idempotency.ChargeRequest{req, newCharge(merchant, account, 50)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got[0].Result; !r.Replayed || !r.StoredAt.Equal(first.StoredAt) {
+		t.Errorf("replay: replayed %v, stored at %v; want the original's %v", r.Replayed, r.StoredAt, first.StoredAt)
+	}
+	if r := got[1].Result; r.StoredAt.IsZero() || !r.StoredAt.After(first.StoredAt) {
+		t.Errorf("the fresh charge beside it: stored at %v, want after %v", r.StoredAt, first.StoredAt)
+	}
+
+	// Age the key past the retention: its next request executes afresh, in
+	// the batch that deletes the old row.
+	if _, err := s.Pool().Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '2 hours' WHERE key = $1`, req.Key.Key); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.CreateCharge(ctx, req)
+	if err != nil || again.Replayed || again.StoredAt.IsZero() || !again.StoredAt.After(first.StoredAt) {
+		t.Fatalf("after expiry: %+v, %v; want a fresh execution stored now", again, err)
+	}
+	if charges, keys, _ := counts(t, s, merchant, account); charges != 3 || keys != 2 {
+		t.Errorf("%d charges and %d keys, want 3 and 2", charges, keys)
+	}
+}
+
+// TestChargesWakeTheRelay: a charge that writes an event notifies the relay;
+// a replay, which writes none, does not.
+func TestChargesWakeTheRelay(t *testing.T) {
+	ctx := context.Background()
+	s, url, merchant, account := chargeFixture(t, postgres.Options{})
+	listener := listen(t, url)
+	req := newCharge(merchant, account, 100)
+	if _, err := s.CreateCharge(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if !notified(t, listener, 10*time.Second) {
+		t.Fatal("no notification within 10 s of a charge")
+	}
+	if res, err := s.CreateCharge(ctx, req); err != nil || !res.Replayed {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	if notified(t, listener, 500*time.Millisecond) {
+		t.Error("a replayed charge, which writes no event, notified")
+	}
+}
