@@ -104,7 +104,7 @@ func TestFailoverDuringStalledReplication(t *testing.T) {
 			// A stopped process ignores everything but SIGKILL: end them,
 			// also on the way out of a failure, or they would outlive
 			// their postmaster and keep it from restarting.
-			defer signalAll(walsenders, syscall.SIGKILL) //nolint:errcheck // best effort
+			defer signalAll(walsenders, syscall.SIGKILL) // best effort
 			for stall := time.Now(); time.Since(stall) < 3*time.Second; time.Sleep(100 * time.Millisecond) {
 				if _, err := watchdog.Exec(ctx, `
 SELECT pg_cancel_backend(pid) FROM pg_stat_activity
