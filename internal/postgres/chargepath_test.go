@@ -199,3 +199,35 @@ func TestChargesWakeTheRelay(t *testing.T) {
 		t.Error("a replayed charge, which writes no event, notified")
 	}
 }
+
+// TestExpiredKeyExecutesAgain: through Idempotent (deposits, refunds,
+// accounts), a key older than the retention is deleted and its request
+// executes afresh, counted as expired; a live key replays.
+func TestExpiredKeyExecutesAgain(t *testing.T) {
+	ctx := context.Background()
+	var expired int
+	s, _, merchant, account := chargeFixture(t, postgres.Options{KeyTTL: time.Hour, OnExpired: func() { expired++ }})
+	req := idempotency.Request{MerchantID: merchant, Key: "deposit-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{9}}
+	deposit := func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
+		d, err := l.Deposit(ctx, merchant, account, 10)
+		return idempotency.Response{Status: 201, Body: []byte(`"` + d.ID.String() + `"`)}, err
+	}
+	first, err := s.Idempotent(ctx, req, deposit)
+	if err != nil || first.Replayed {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	if res, err := s.Idempotent(ctx, req, deposit); err != nil || !res.Replayed || string(res.Body) != string(first.Body) {
+		t.Fatalf("replay: %+v, %v; want the first's body replayed", res, err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '2 hours' WHERE key = $1`, req.Key); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Idempotent(ctx, req, deposit)
+	if err != nil || again.Replayed || again.Status != 201 || string(again.Body) == string(first.Body) || expired != 1 {
+		t.Fatalf("after expiry: %+v, %v (%d expired); want a new deposit, counted as expired once", again, err, expired)
+	}
+	var deposits int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM deposits WHERE merchant_id = $1`, merchant).Scan(&deposits); err != nil || deposits != 2 {
+		t.Errorf("%d deposits (%v), want 2", deposits, err)
+	}
+}
