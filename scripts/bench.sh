@@ -734,6 +734,9 @@ table_head='| run | requests | req/s | new charges/s | replays/s | p50 ms | p95 
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|'
 
 mkdir -p "$(dirname "$report")"
+# The section make bench-sync writes (scripts/bench-sync.sh) is measured by a
+# run of its own, on the HA cluster: carried over as it is, at the end.
+sync_section=$(sed -n '/^<!-- bench-sync:begin -->$/,/^<!-- bench-sync:end -->$/p' "$report" 2>/dev/null || true)
 {
 	cat <<EOF
 # Benchmarks
@@ -743,6 +746,9 @@ the targets of the first part, issue 12 those of group commit
 ([below](#group-commit-issue-12)). The service, PostgreSQL, the load generator and pgbench all ran on
 the machine below in the same run, so the ratios matter more than the absolute
 figures, which drift from run to run on a small shared machine.
+[The cost of synchronous replication](#the-cost-of-synchronous-replication-issue-15)
+is measured apart, by \`make bench-sync\` (\`scripts/bench-sync.sh\`), which
+rewrites only that section; \`make bench\` keeps it as it is.
 
 ## Results
 
@@ -1100,6 +1106,7 @@ EOF
 			printf '    %s: %s\n' "$s" "$(grep "\"scenario\":\"$s\"" "$results" | sed -n 's/.*"mismatches":\(\[.*\]\).*/\1/p' | cut -c1-2000)"
 		done
 	fi
+	if [ -n "$sync_section" ]; then printf '\n%s\n' "$sync_section"; fi
 } >"$report"
 
 say "wrote $report in ${elapsed}s: fresh/reference $fresh_ratio, replay/fresh $replay_ratio"
