@@ -321,7 +321,9 @@ fresh service, the runs at each client count ($client_counts), then
 either). The order alternates, A B C then C B A, so that the load of
 whatever else runs on the machine falls on all three alike. Each figure is the
 median over the rounds; the ratios are taken within each round, then their
-median.
+median. Each configuration's ratio to pg-reference is to its own server's
+ceiling, which the wait for the standby lowers too: across configurations,
+compare the charges/s and latencies themselves.
 
 | configuration | clients | charges/s | p50 ms | p99 ms | pg-reference tps | its p50 ms | charges/s ÷ pg-reference |
 |---|---:|---:|---:|---:|---:|---:|---:|
