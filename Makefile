@@ -40,6 +40,17 @@ profile: ## CPU profile of the service under the fresh-charge load (PROFILE_SECO
 bench: ## Load-test scratch services (before/after group commit) against pg-reference; writes docs/benchmarks.md and its PNGs
 	GO=$(GO) ./scripts/bench.sh
 
+# make bench-sync: the cost of synchronous replication (issue 15). Starts the
+# HA cluster if needed (and leaves it running), then compares fresh charges on
+# it (sync standby; then synchronous_commit=local) with the single server on
+# :5432, in interleaved rounds, each paired with pg-reference. About 20 minutes
+# with the defaults; it rewrites only its own section of docs/benchmarks.md.
+# The knobs (BENCH_SECONDS, BENCH_SYNC_ROUNDS, BENCH_SYNC_CLIENTS) are at the
+# top of scripts/bench-sync.sh.
+.PHONY: bench-sync
+bench-sync: ## Fresh charges with a synchronous standby vs a single server, against pg-reference; writes its section of docs/benchmarks.md
+	GO=$(GO) ./scripts/bench-sync.sh
+
 # The fault scenarios of internal/chaos in their long form (make test runs the
 # short one): SIGKILLs under load, lost commit acknowledgements, database
 # outages, replicas racing one key, hostile input. Each scenario bounds itself

@@ -2,7 +2,8 @@
 #
 # They use the caller's variables: admin, clients, seconds, results, failed,
 # server_pid, port, url, metrics_port, metrics_sampler_pid, service_bin, shared,
-# pgbench_shim, pgref_results, holder_pid, holder_backend (see bench.sh).
+# pgbench_shim, pgref_results, holder_pid, holder_backend, nats_pid, nats_dir
+# (see bench.sh), and its say and die. scripts/bench-sync.sh sources them too.
 
 # start_service DATABASE_URL LOG [VAR=value ...]: starts `payments serve` on a
 # loopback port the kernel picks (its metrics on another, METRICS_ADDR, or on
@@ -279,4 +280,51 @@ release_key() {
 		wait "$holder_pid" 2>/dev/null || true
 	fi
 	holder_pid='' holder_backend=''
+}
+
+# new_merchant DATABASE_URL [BINARY]: migrates (with BINARY's migrations,
+# default bin/payments) and creates a merchant; sets api_key, merchant_id.
+new_merchant() {
+	local creds bin=${2:-bin/payments}
+	DATABASE_URL=$1 "$bin" migrate up >/dev/null
+	creds=$(DATABASE_URL=$1 "$bin" merchants create --name bench)
+	api_key=$(sed -n 's/.*"api_key"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$creds")
+	merchant_id=$(sed -n 's/.*"merchant_id"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$creds")
+	[ -n "$api_key" ] && [ -n "$merchant_id" ] ||
+		die "no api_key or merchant_id in the output of 'payments merchants create': $creds"
+}
+
+# start_nats: the services' relays publish to a NATS of the run's own, on a
+# random port, so benchmarks do not fill the machine's shared one; it goes
+# with the run (the caller's cleanup kills nats_pid and removes nats_dir).
+# Exports NATS_URL. Without nats-server the relay publishes to NATS_URL
+# (default nats://127.0.0.1:4222), as it would anyway.
+start_nats() {
+	local nats_addr=''
+	if ! command -v nats-server >/dev/null 2>&1; then
+		say "nats-server not found: the relay publishes to NATS_URL (default nats://127.0.0.1:4222)"
+		return
+	fi
+	nats_dir=$(mktemp -d)
+	nats-server -a 127.0.0.1 -p -1 -js -sd "$nats_dir" -l "$nats_dir/nats.log" &
+	nats_pid=$!
+	for _ in $(seq 100); do
+		nats_addr=$(sed -n 's/.*Listening for client connections on \([0-9.]*:[0-9]*\).*/\1/p' "$nats_dir/nats.log" 2>/dev/null | head -n 1 || true)
+		[ -n "$nats_addr" ] && break
+		sleep 0.1
+	done
+	[ -n "$nats_addr" ] || die "nats-server did not start; see $nats_dir/nats.log"
+	export NATS_URL="nats://$nats_addr"
+	say "private NATS (JetStream) at $NATS_URL for the relay"
+}
+
+# make_pgbench_shim DIR: a pgbench in DIR (a new directory) that logs every
+# transaction to $BENCH_PGBENCH_LOG.*, for the percentiles pg-reference does
+# not print (see pgref). Sets pgbench_shim.
+make_pgbench_shim() {
+	pgbench_shim=$1
+	mkdir "$pgbench_shim"
+	printf '#!/bin/sh\n# bench-lib.sh: pgbench, logging every transaction to $BENCH_PGBENCH_LOG.*\nexec %q -l --log-prefix="$BENCH_PGBENCH_LOG" "$@"\n' \
+		"$(command -v pgbench)" >"$pgbench_shim/pgbench"
+	chmod +x "$pgbench_shim/pgbench"
 }
