@@ -34,8 +34,9 @@ import (
 // promotes the synchronous standby, and the old primary rejoins as standby.
 func TestFailoverPrimaryKilled(t *testing.T) {
 	runFailover(t, failoverScenario{
-		name:   "failover: primary's postmaster SIGKILLed",
-		faults: "SIGKILL of the primary's postmaster; Patroni promotes the sync standby",
+		name:        "failover: primary's postmaster SIGKILLed",
+		faults:      "SIGKILL of the primary's postmaster; Patroni promotes the sync standby",
+		primaryLost: true,
 		fault: func(ctx context.Context, c *cluster, leader, _ member) error {
 			return c.signal(ctx, leader, syscall.SIGKILL)
 		},
@@ -45,8 +46,9 @@ func TestFailoverPrimaryKilled(t *testing.T) {
 // TestFailoverSwitchover: a planned switchover to the synchronous standby.
 func TestFailoverSwitchover(t *testing.T) {
 	runFailover(t, failoverScenario{
-		name:   "failover: planned switchover",
-		faults: "Patroni switchover to the sync standby",
+		name:        "failover: planned switchover",
+		faults:      "Patroni switchover to the sync standby",
+		primaryLost: true,
 		fault: func(_ context.Context, c *cluster, leader, standby member) error {
 			return c.switchover(leader, standby)
 		},
@@ -82,6 +84,7 @@ func TestFailoverDuringStalledReplication(t *testing.T) {
 		faults: "primary's walsender SIGSTOPped 3 s under 1 s client timeouts, its waiting commits cancelled every 100 ms, " +
 			"primary SIGKILLed",
 		clientTimeout: time.Second,
+		primaryLost:   true,
 		// Without one, the scenario did not make the hazard it is about.
 		mustLog: "commit not confirmed",
 		fault: func(ctx context.Context, c *cluster, leader, _ member) error {
@@ -137,6 +140,9 @@ type failoverScenario struct {
 	fault func(ctx context.Context, c *cluster, leader, standby member) error
 	// clientTimeout, if set, replaces the clients' 10 s timeout.
 	clientTimeout time.Duration
+	// primaryLost says whether the fault leaves a moment with no primary,
+	// which /readyz must report.
+	primaryLost bool
 	// mustLog, if set, is what the service must have logged at least once.
 	mustLog string
 }
@@ -218,6 +224,24 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	// to its answer is the time the service could not charge.
 	time.Sleep(before)
 	leader, standby := cl.waitHealthy(t, 30*time.Second)
+	// /readyz, asked every 50 ms from the fault until the first charge after
+	// it: it must say 503 while no primary is reachable.
+	readyStop, readyDone := make(chan struct{}), make(chan map[int]int, 1)
+	go func() {
+		seen := map[int]int{}
+		defer func() { readyDone <- seen }()
+		for {
+			select {
+			case <-readyStop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			a, err := c.send(ctx, 1, http.MethodGet, "/readyz", "", nil)
+			if err == nil {
+				seen[a.status]++
+			}
+		}
+	}()
 	faultAt := time.Now()
 	faultErr := sc.fault(ctx, cl, leader, standby)
 	var recovery time.Duration
@@ -225,6 +249,15 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		acct := accounts[0]
 		probe := drive(ctx, c, op{kind: "charge", path: "/v1/charges", account: acct, amount: 1, body: chargeBody(acct, 1)})
 		recovery = time.Since(faultAt)
+		close(readyStop)
+		ready := <-readyDone
+		if sc.primaryLost && ready[http.StatusServiceUnavailable] == 0 {
+			t.Errorf("/readyz never said 503 while the primary was away: %v", ready)
+		}
+		if a := c.get(t, ctx, "/readyz"); a.status != http.StatusOK {
+			t.Errorf("/readyz after the first charge: %d %s", a.status, a.body)
+		}
+		t.Logf("/readyz between the fault and the first charge after it: %v", ready)
 		if probe.answer.status == http.StatusCreated {
 			record(probe)
 		} else {
@@ -235,6 +268,8 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	close(stop)
 	wg.Wait()
 	if faultErr != nil {
+		close(readyStop)
+		<-readyDone
 		t.Fatalf("fault: %v", faultErr)
 	}
 	newLeader, _ := cl.waitHealthy(t, 90*time.Second)
