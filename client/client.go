@@ -1,0 +1,332 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Client calls the payments API. It is safe for concurrent use.
+type Client struct {
+	base   string // without a trailing slash
+	apiKey string
+	http   *http.Client
+	policy RetryPolicy
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sends the requests through hc (its Transport, its Timeout,
+// which bounds each attempt). The default is a client with a 30 s timeout.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// WithRetryPolicy replaces DefaultRetryPolicy.
+func WithRetryPolicy(p RetryPolicy) Option { return func(c *Client) { c.policy = p.withDefaults() } }
+
+// New returns a client of the service at baseURL (such as
+// "http://localhost:8080") that authenticates with apiKey.
+func New(baseURL, apiKey string, opts ...Option) *Client {
+	c := &Client{
+		base:   strings.TrimRight(baseURL, "/"),
+		apiKey: apiKey,
+		http:   &http.Client{Timeout: 30 * time.Second},
+		policy: DefaultRetryPolicy,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// CallOption configures one operation.
+type CallOption func(*call)
+
+type call struct {
+	key string
+}
+
+// WithIdempotencyKey sends key as the operation's Idempotency-Key instead of
+// a generated one. Save a key with the operation it names before you send it,
+// and pass it again to resume that operation after a crash: the service
+// replays the outcome rather than executing it twice.
+func WithIdempotencyKey(key string) CallOption { return func(c *call) { c.key = key } }
+
+// Result is a decoded answer with what the caller may want to know about how
+// it was obtained. On an error, the methods return a Result all the same,
+// with a zero Data, so that RequestIDs can be quoted.
+type Result[T any] struct {
+	Data T
+	// Replayed says the service answered with the stored response of an
+	// earlier request with the same key (Idempotent-Replayed: true): the
+	// operation executed once, before, and this is its outcome.
+	Replayed bool
+	// IdempotencyKey is the key sent on every attempt (POST only).
+	IdempotencyKey string
+	// RequestIDs are the X-Request-Id of each attempt that got an answer,
+	// oldest first; quote them when you report a problem.
+	RequestIDs []string
+	// Attempts counts the requests sent, answered or not.
+	Attempts int
+	// Location is the path of the object a 201 created.
+	Location string
+}
+
+// CreateAccount opens an account (POST /v1/accounts). Errors: a *Problem for
+// a refusal (invalid-request, unauthorized, ...), or a *RetryError when it
+// gave up retrying.
+func (c *Client) CreateAccount(ctx context.Context, in NewAccount, opts ...CallOption) (*Result[Account], error) {
+	return post[Account](ctx, c, "/v1/accounts", in, opts)
+}
+
+// GetAccount reads an account with its balance. Errors as for CreateAccount;
+// an unknown account is a *Problem with Code CodeNotFound.
+func (c *Client) GetAccount(ctx context.Context, id AccountId) (*Result[Account], error) {
+	return get[Account](ctx, c, "/v1/accounts/"+url.PathEscape(id), nil)
+}
+
+// Deposit adds money to an account (POST /v1/accounts/{id}/deposits).
+// Errors as for CreateAccount.
+func (c *Client) Deposit(ctx context.Context, accountID AccountId, in NewDeposit, opts ...CallOption) (*Result[Deposit], error) {
+	return post[Deposit](ctx, c, "/v1/accounts/"+url.PathEscape(accountID)+"/deposits", in, opts)
+}
+
+// CreateCharge charges an account (POST /v1/charges). A balance that does not
+// cover it is a *Problem with Code CodeInsufficientFunds and the ChargeID of
+// the failed charge the service recorded; other refusals are *Problem too,
+// and a *RetryError says it gave up retrying.
+func (c *Client) CreateCharge(ctx context.Context, in NewCharge, opts ...CallOption) (*Result[Charge], error) {
+	return post[Charge](ctx, c, "/v1/charges", in, opts)
+}
+
+// GetCharge reads a charge with its amount_refunded. Errors as for GetAccount.
+func (c *Client) GetCharge(ctx context.Context, id ChargeId) (*Result[Charge], error) {
+	return get[Charge](ctx, c, "/v1/charges/"+url.PathEscape(id), nil)
+}
+
+// ListCharges reads one page of charges, newest first. Continue with
+// StartingAfter set to the last charge's id while HasMore is true, or use
+// Charges. Errors as for GetAccount.
+func (c *Client) ListCharges(ctx context.Context, p ListChargesParams) (*Result[ChargeList], error) {
+	q := url.Values{}
+	setQuery(q, "account_id", p.AccountId)
+	setQuery(q, "starting_after", p.StartingAfter)
+	if p.Limit != nil {
+		q.Set("limit", strconv.Itoa(*p.Limit))
+	}
+	return get[ChargeList](ctx, c, "/v1/charges", q)
+}
+
+// Charges iterates over every charge that ListCharges would page through
+// from p, fetching the pages as it goes. It stops at the first error, which
+// it yields with a zero Charge.
+func (c *Client) Charges(ctx context.Context, p ListChargesParams) iter.Seq2[Charge, error] {
+	return func(yield func(Charge, error) bool) {
+		for {
+			res, err := c.ListCharges(ctx, p)
+			if err != nil {
+				yield(Charge{}, err)
+				return
+			}
+			for _, ch := range res.Data.Data {
+				if !yield(ch, nil) {
+					return
+				}
+			}
+			if !res.Data.HasMore || len(res.Data.Data) == 0 {
+				return
+			}
+			last := res.Data.Data[len(res.Data.Data)-1].Id
+			p.StartingAfter = &last
+		}
+	}
+}
+
+// CreateRefund gives back all of a charge, or in.Amount of it (POST
+// /v1/charges/{id}/refunds). Refusals are a *Problem: CodeRefundExceedsCharge,
+// CodeChargeNotRefundable, CodeNotFound.
+func (c *Client) CreateRefund(ctx context.Context, chargeID ChargeId, in NewRefund, opts ...CallOption) (*Result[Refund], error) {
+	return post[Refund](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/refunds", in, opts)
+}
+
+// ListEvents reads one page of the event feed, oldest first; continue with
+// StartingAfter set to the last event's id. The feed may not yet hold the
+// events of changes that just committed. Errors as for GetAccount.
+func (c *Client) ListEvents(ctx context.Context, p ListEventsParams) (*Result[EventList], error) {
+	q := url.Values{}
+	setQuery(q, "starting_after", p.StartingAfter)
+	if p.Limit != nil {
+		q.Set("limit", strconv.Itoa(*p.Limit))
+	}
+	return get[EventList](ctx, c, "/v1/events", q)
+}
+
+func setQuery(q url.Values, name string, v *string) {
+	if v != nil {
+		q.Set(name, *v)
+	}
+}
+
+func post[T any](ctx context.Context, c *Client, path string, in any, opts []CallOption) (*Result[T], error) {
+	var cl call
+	for _, o := range opts {
+		o(&cl)
+	}
+	if cl.key == "" {
+		k, err := uuid.NewV7()
+		if err != nil {
+			return &Result[T]{}, fmt.Errorf("payments: idempotency key: %w", err)
+		}
+		cl.key = k.String()
+	}
+	// Marshalled once: every attempt sends these very bytes, so the service
+	// sees one fingerprint however often it is retried.
+	body, err := json.Marshal(in)
+	if err != nil {
+		return &Result[T]{IdempotencyKey: cl.key}, fmt.Errorf("payments: encode request: %w", err)
+	}
+	res := &Result[T]{IdempotencyKey: cl.key}
+	return res, do(ctx, c, http.MethodPost, path, cl.key, body, res)
+}
+
+func get[T any](ctx context.Context, c *Client, path string, q url.Values) (*Result[T], error) {
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	res := &Result[T]{}
+	return res, do(ctx, c, http.MethodGet, path, "", nil, res)
+}
+
+// outcome is what one attempt got.
+type outcome struct {
+	status     int
+	header     http.Header
+	body       []byte
+	retryAfter time.Duration
+	err        error // a transport error, or the *Problem of an error status
+	transport  bool  // err is a transport error: no answer came
+}
+
+// do runs one operation: attempts, with backoff, until an answer that is not
+// to be retried, then decodes it into res.
+func do[T any](ctx context.Context, c *Client, method, path, key string, body []byte, res *Result[T]) error {
+	p := c.policy
+	start := time.Now()
+	var prev error // the previous attempt's outcome
+	for {
+		o := c.attempt(ctx, method, path, key, body)
+		res.Attempts++
+		if id := o.header.Get("X-Request-Id"); id != "" {
+			res.RequestIDs = append(res.RequestIDs, id)
+		}
+		if o.transport && ctx.Err() != nil {
+			// The context cut this attempt short: the last outcome worth
+			// reporting is the previous attempt's, if there was one.
+			last := o.err
+			if prev != nil {
+				last = prev
+			}
+			return &RetryError{Attempts: res.Attempts, RequestIDs: res.RequestIDs, Last: last, Cause: ctx.Err()}
+		}
+		prev = o.err
+		if o.err == nil {
+			res.Replayed = o.header.Get("Idempotent-Replayed") == "true"
+			res.Location = o.header.Get("Location")
+			if err := json.Unmarshal(o.body, &res.Data); err != nil {
+				return fmt.Errorf("payments: decode %d response to %s %s: %w", o.status, method, path, err)
+			}
+			return nil
+		}
+		var prob *Problem
+		if errors.As(o.err, &prob) && !retryable(prob.Status, prob.Code) {
+			res.Replayed = prob.Replayed
+			return prob
+		}
+		if res.Attempts >= p.MaxAttempts {
+			return &RetryError{Attempts: res.Attempts, RequestIDs: res.RequestIDs, Last: o.err}
+		}
+		wait := p.backoff(res.Attempts, o.retryAfter)
+		next := time.Now().Add(wait)
+		if next.After(start.Add(p.MaxElapsed)) {
+			return &RetryError{Attempts: res.Attempts, RequestIDs: res.RequestIDs, Last: o.err,
+				Cause: fmt.Errorf("next attempt in %v would pass the %v budget", wait, p.MaxElapsed)}
+		}
+		if d, ok := ctx.Deadline(); ok && next.After(d) {
+			// Waiting would only end in the deadline: report now, with the
+			// outcome in hand.
+			return &RetryError{Attempts: res.Attempts, RequestIDs: res.RequestIDs, Last: o.err, Cause: context.DeadlineExceeded}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return &RetryError{Attempts: res.Attempts, RequestIDs: res.RequestIDs, Last: o.err, Cause: ctx.Err()}
+		case <-t.C:
+		}
+	}
+}
+
+// attempt sends one request and reads its answer whole.
+func (c *Client) attempt(ctx context.Context, method, path, key string, body []byte) outcome {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return outcome{err: fmt.Errorf("payments: %s %s: %w", method, path, err), header: http.Header{}}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return outcome{err: fmt.Errorf("payments: %s %s: %w", method, path, err), transport: true, header: http.Header{}}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		// The answer was lost half way: as uncertain as no answer at all.
+		return outcome{err: fmt.Errorf("payments: %s %s: read response: %w", method, path, err), transport: true, header: resp.Header}
+	}
+	o := outcome{status: resp.StatusCode, header: resp.Header, body: data,
+		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return o
+	}
+	prob := &Problem{}
+	if json.Unmarshal(data, prob) != nil || prob.Status == 0 {
+		// Not problem+json (a proxy's error page, say): keep the status.
+		prob = &Problem{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode), Detail: snippet(data)}
+	}
+	prob.Status = resp.StatusCode
+	prob.RetryAfter = o.retryAfter
+	prob.RequestID = resp.Header.Get("X-Request-Id")
+	prob.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	o.err = prob
+	return o
+}
+
+func snippet(b []byte) string {
+	const n = 200
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
