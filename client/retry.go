@@ -59,7 +59,7 @@ func (p RetryPolicy) backoff(n int, retryAfter time.Duration) time.Duration {
 			bound = b
 		}
 	}
-	d := time.Duration(rand.Int64N(int64(bound) + 1))
+	d := time.Duration(rand.Int64N(int64(bound) + 1)) //nolint:gosec // G404: jitter spreads load; it guards no secret
 	return max(d, retryAfter)
 }
 
@@ -67,10 +67,10 @@ func (p RetryPolicy) backoff(n int, retryAfter time.Duration) time.Duration {
 // request did not execute (409 in use, 429), or failed without storing
 // anything (5xx). Every other 4xx would get the same answer again.
 func retryable(status int, code string) bool {
-	switch {
-	case status == http.StatusConflict:
+	switch status {
+	case http.StatusConflict:
 		return code == CodeKeyInUse
-	case status == http.StatusTooManyRequests:
+	case http.StatusTooManyRequests:
 		return true
 	default:
 		return status >= 500
