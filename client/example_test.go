@@ -1,0 +1,141 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"time"
+
+	"payments/client"
+)
+
+// The examples need a running service (make run) and an API key; they are
+// compiled by go test, not run.
+
+func ExampleNew() {
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"),
+		// Each attempt gets 10 s; the operation as a whole up to 5 attempts in 20 s.
+		client.WithHTTPClient(&http.Client{Timeout: 10 * time.Second}),
+		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 5, MaxElapsed: 20 * time.Second}),
+	)
+	_ = c
+}
+
+func ExampleClient_CreateCharge() {
+	ctx := context.Background()
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
+
+	res, err := c.CreateCharge(ctx, client.NewCharge{
+		AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef",
+		Amount:    500, // 5.00 USD
+		Currency:  "USD",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Data.Id, res.Data.Status, "after", res.Attempts, "attempt(s), request ids", res.RequestIDs)
+}
+
+// A key of your own, saved with the order before the charge is sent, lets a
+// restarted process finish the operation: the service replays its outcome
+// rather than charging twice.
+func ExampleClient_CreateCharge_replay() {
+	ctx := context.Background()
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
+	in := client.NewCharge{AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef", Amount: 500, Currency: "USD"}
+	key := "order-1042" // stored with the order before the first attempt
+
+	first, err := c.CreateCharge(ctx, in, client.WithIdempotencyKey(key))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... the process crashes before it records the outcome, restarts, and
+	// sends the same operation again:
+	again, err := c.CreateCharge(ctx, in, client.WithIdempotencyKey(key))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(first.Data.Id == again.Data.Id, again.Replayed) // true true
+}
+
+// A refusal is a *client.Problem: switch on its Code. It is returned at once,
+// never retried; an insufficient-funds refusal records a failed charge.
+func ExampleClient_CreateCharge_insufficientFunds() {
+	ctx := context.Background()
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
+
+	_, err := c.CreateCharge(ctx, client.NewCharge{AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef", Amount: 99_999_999, Currency: "USD"})
+	var p *client.Problem
+	switch {
+	case err == nil:
+		fmt.Println("charged")
+	case errors.As(err, &p) && p.Code == client.CodeInsufficientFunds:
+		fmt.Println("declined: the failed charge is", p.ChargeID)
+	case errors.Is(err, client.ErrGaveUp):
+		// Uncertain: the charge may have happened. Retry later with the
+		// same key to learn its outcome.
+		fmt.Println("no answer yet:", err)
+	default:
+		fmt.Println("refused:", err)
+	}
+}
+
+func ExampleClient_CreateRefund() {
+	ctx := context.Background()
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
+
+	amount := int64(200) // leave Amount nil to refund what is left
+	res, err := c.CreateRefund(ctx, "ch_0097748e0b70e31f14e42883ee36d0e5", client.NewRefund{Amount: &amount})
+	var p *client.Problem
+	if errors.As(err, &p) && p.Code == client.CodeRefundExceedsCharge {
+		fmt.Println("nothing that much left to refund")
+		return
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Data.Id, res.Data.Amount)
+}
+
+// Charges pages through the list for you; ListCharges reads one page.
+func ExampleClient_Charges() {
+	ctx := context.Background()
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
+
+	account, limit := "acct_4a5f3df99a5d518c03adf918c80d03ef", 100
+	for ch, err := range c.Charges(ctx, client.ListChargesParams{AccountId: &account, Limit: &limit}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(ch.Id, ch.Amount, ch.Status, ch.AmountRefunded)
+	}
+}
+
+// The event feed, oldest first, read page by page from a saved position.
+func ExampleClient_ListEvents() {
+	ctx := context.Background()
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
+
+	var after *string // the id of the last event handled, saved between runs
+	for {
+		page, err := c.ListEvents(ctx, client.ListEventsParams{StartingAfter: after})
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, e := range page.Data.Data {
+			if e.Type == client.EventTypeChargeSucceeded {
+				ch, err := e.Data.AsCharge()
+				if err != nil {
+					log.Fatal(err)
+				}
+				fmt.Println(e.Id, ch.Id, ch.Amount)
+			}
+			after = &e.Id
+		}
+		if !page.Data.HasMore {
+			return
+		}
+	}
+}
