@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,8 +75,10 @@ type Result[T any] struct {
 	Replayed bool
 	// IdempotencyKey is the key sent on every attempt (POST only).
 	IdempotencyKey string
-	// RequestIDs are the X-Request-Id of each attempt that got an answer,
-	// oldest first; quote them when you report a problem.
+	// RequestIDs are the X-Request-Id of every attempt, oldest first, the
+	// unanswered ones included: the client sends its own (req_ and 24
+	// hexadecimal digits), which the service logs and echoes. Quote them when
+	// you report a problem.
 	RequestIDs []string
 	// Attempts counts the requests sent, answered or not.
 	Attempts int
@@ -225,11 +228,13 @@ func do[T any](ctx context.Context, c *Client, method, path, key string, body []
 	start := time.Now()
 	var prev error // the previous attempt's outcome
 	for {
-		o := c.attempt(ctx, method, path, key, body)
+		rid := newRequestID()
+		o := c.attempt(ctx, method, path, key, rid, body)
 		res.Attempts++
 		if id := o.header.Get("X-Request-Id"); id != "" {
-			res.RequestIDs = append(res.RequestIDs, id)
+			rid = id // what the service logged, should something between have changed it
 		}
+		res.RequestIDs = append(res.RequestIDs, rid)
 		if o.transport && ctx.Err() != nil {
 			// The context cut this attempt short: the last outcome worth
 			// reporting is the previous attempt's, if there was one.
@@ -278,7 +283,7 @@ func do[T any](ctx context.Context, c *Client, method, path, key string, body []
 }
 
 // attempt sends one request and reads its answer whole.
-func (c *Client) attempt(ctx context.Context, method, path, key string, body []byte) outcome {
+func (c *Client) attempt(ctx context.Context, method, path, key, requestID string, body []byte) outcome {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -289,6 +294,7 @@ func (c *Client) attempt(ctx context.Context, method, path, key string, body []b
 	}
 	req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-Request-Id", requestID)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -329,4 +335,11 @@ func snippet(b []byte) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
+}
+
+// newRequestID returns an X-Request-Id in the service's own format, so that
+// even an attempt whose answer was lost can be found in the service's logs.
+func newRequestID() string {
+	u := uuid.New() // random (version 4)
+	return "req_" + hex.EncodeToString(u[:12])
 }

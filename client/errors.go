@@ -74,7 +74,7 @@ var ErrGaveUp = errors.New("payments: gave up retrying")
 // when there is one, and the last attempt's outcome.
 type RetryError struct {
 	Attempts   int      // how many requests were sent
-	RequestIDs []string // the X-Request-Id of each attempt that got an answer
+	RequestIDs []string // the X-Request-Id of every attempt, as in Result.RequestIDs
 	Last       error    // the last attempt's outcome: a *Problem or a transport error
 	Cause      error    // why it stopped, when not the attempt cap: the context's error
 }

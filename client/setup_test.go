@@ -105,6 +105,7 @@ func (f *fixture) chargeRows() int {
 type attempt struct {
 	at     time.Time
 	key    string
+	reqID  string // the X-Request-Id the client sent
 	body   []byte
 	status int    // the answer's status; 0 when it was lost
 	answer []byte // the answer's body
@@ -164,7 +165,7 @@ func (f *fixture) proxy(faults ...fault) *proxy {
 		p.mu.Lock()
 		n := len(p.attempts)
 		p.mu.Unlock()
-		a := attempt{at: time.Now(), key: r.Header.Get("Idempotency-Key"), body: body}
+		a := attempt{at: time.Now(), key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Request-Id"), body: body}
 		if n < len(faults) {
 			flt := faults[n]
 			if flt.retryAfter != "" {
@@ -216,7 +217,8 @@ func (l *loseFirst) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := attempt{at: time.Now(), key: r.Header.Get("Idempotency-Key"), body: body, status: resp.StatusCode, answer: answer}
+	a := attempt{at: time.Now(), key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Request-Id"), body: body,
+		status: resp.StatusCode, answer: answer}
 	if l.add(a) == 1 {
 		return nil, &lostError{}
 	}
