@@ -105,6 +105,11 @@ func (c *Client) Deposit(ctx context.Context, accountID AccountId, in NewDeposit
 	return post[Deposit](ctx, c, "/v1/accounts/"+url.PathEscape(accountID)+"/deposits", in, opts)
 }
 
+// GetDeposit reads one deposit of an account. Errors as for GetAccount.
+func (c *Client) GetDeposit(ctx context.Context, accountID AccountId, id DepositId) (*Result[Deposit], error) {
+	return get[Deposit](ctx, c, "/v1/accounts/"+url.PathEscape(accountID)+"/deposits/"+url.PathEscape(id), nil)
+}
+
 // CreateCharge charges an account (POST /v1/charges). A balance that does not
 // cover it is a *Problem with Code CodeInsufficientFunds and the ChargeID of
 // the failed charge the service recorded; other refusals are *Problem too,
@@ -161,6 +166,11 @@ func (c *Client) Charges(ctx context.Context, p ListChargesParams) iter.Seq2[Cha
 // CodeChargeNotRefundable, CodeNotFound.
 func (c *Client) CreateRefund(ctx context.Context, chargeID ChargeId, in NewRefund, opts ...CallOption) (*Result[Refund], error) {
 	return post[Refund](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/refunds", in, opts)
+}
+
+// GetRefund reads one refund of a charge. Errors as for GetAccount.
+func (c *Client) GetRefund(ctx context.Context, chargeID ChargeId, id RefundId) (*Result[Refund], error) {
+	return get[Refund](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/refunds/"+url.PathEscape(id), nil)
 }
 
 // ListEvents reads one page of the event feed, oldest first; continue with

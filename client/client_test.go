@@ -76,7 +76,7 @@ func sameKeyAndBody(t *testing.T, attempts []attempt, key string) {
 // body, after a backoff no longer than the policy's bound for each attempt,
 // until the real answer comes.
 func TestRetriesWhatDidNotExecute(t *testing.T) {
-	tooMany := fault{http.StatusTooManyRequests, "", `{"type":"/problems/x","title":"Too many","status":429,"detail":"slow down","code":"too-many-requests"}`}
+	tooMany := fault{status: http.StatusTooManyRequests, body: `{"type":"/problems/x","title":"Too many","status":429,"detail":"slow down","code":"too-many-requests"}`}
 	for name, faults := range map[string][]fault{
 		"409 in use":      {inUse, inUse},
 		"503 unavailable": {unavailable, unavailable, unavailable},
@@ -242,6 +242,69 @@ func TestDeadlineStopsRetrying(t *testing.T) {
 	}
 	if elapsed > 1500*time.Millisecond {
 		t.Errorf("returned after %v, past the deadline", elapsed)
+	}
+}
+
+// When the deadline cuts an attempt short, the error reports the last answer
+// that came, not the cut attempt's own context error.
+func TestDeadlineDuringAttempt(t *testing.T) {
+	f := setup(t)
+	acct := f.fundedAccount(1_000)
+	hung := unavailable
+	hung.hang = time.Minute
+	p := f.proxy(unavailable, hung)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	res, err := f.client(p.url, client.WithRetryPolicy(fast)).
+		CreateCharge(ctx, client.NewCharge{AccountId: acct.Id, Amount: 300, Currency: "USD"})
+	var re *client.RetryError
+	if !errors.As(err, &re) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want a *RetryError for the deadline", err)
+	}
+	var prob *client.Problem
+	if !errors.As(re.Last, &prob) || prob.Status != http.StatusServiceUnavailable {
+		t.Errorf("Last = %v, want the first attempt's 503", re.Last)
+	}
+	if res.Attempts != 2 || len(res.RequestIDs) != 2 || len(p.all()) != 1 {
+		t.Errorf("Attempts %d, RequestIDs %v, answered %d; want 2 sent, 1 answered", res.Attempts, res.RequestIDs, len(p.all()))
+	}
+}
+
+// GetDeposit and GetRefund read back what the POSTs created, at the
+// Location they answered.
+func TestReadBack(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	c := f.client(f.url)
+	acct := f.fundedAccount(0)
+	dep, err := c.Deposit(ctx, acct.Id, client.NewDeposit{Amount: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.GetDeposit(ctx, acct.Id, dep.Data.Id)
+	if err != nil || got.Data.Amount != 900 || dep.Location != "/v1/accounts/"+acct.Id+"/deposits/"+dep.Data.Id {
+		t.Errorf("GetDeposit %+v, %v; Location %q", got, err, dep.Location)
+	}
+	ch, err := c.CreateCharge(ctx, client.NewCharge{AccountId: acct.Id, Amount: 900, Currency: "USD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := c.CreateRefund(ctx, ch.Data.Id, client.NewRefund{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.GetRefund(ctx, ch.Data.Id, ref.Data.Id)
+	if err != nil || r.Data.Amount != 900 {
+		t.Errorf("GetRefund %+v, %v; want the whole 900 refunded", r, err)
+	}
+	a, err := c.GetAccount(ctx, acct.Id)
+	if err != nil || a.Data.Balance != 900 {
+		t.Errorf("GetAccount %+v, %v; want balance 900", a, err)
+	}
+	_, err = c.GetCharge(ctx, "ch_"+strings.ReplaceAll(uuid.NewString(), "-", ""))
+	var prob *client.Problem
+	if !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
+		t.Errorf("unknown charge: %v, want not-found", err)
 	}
 }
 

@@ -16,9 +16,9 @@
 //	fmt.Println(res.Data.Id, res.Data.Status, res.RequestIDs)
 //
 // Every method takes a context.Context and returns a *Result whose Data is
-// the decoded answer: CreateAccount, GetAccount, Deposit, CreateCharge,
-// GetCharge, ListCharges (and Charges, which pages for you), CreateRefund and
-// ListEvents. The request and response types (NewCharge, Charge, ...) are
+// the decoded answer: CreateAccount, GetAccount, Deposit, GetDeposit,
+// CreateCharge, GetCharge, ListCharges (and Charges, which pages for you),
+// CreateRefund, GetRefund and ListEvents. The request and response types (NewCharge, Charge, ...) are
 // generated from the service's openapi.yaml, so their fields are the API's.
 //
 // # One operation, one key

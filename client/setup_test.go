@@ -142,12 +142,13 @@ type fault struct {
 	status     int
 	retryAfter string
 	body       string
+	hang       time.Duration // wait this long before answering; unrecorded if the client leaves first
 }
 
 var (
-	inUse = fault{http.StatusConflict, "", `{"type":"/problems/idempotency-key-in-use","title":"Idempotency-Key in use","status":409,` +
+	inUse = fault{status: http.StatusConflict, body: `{"type":"/problems/idempotency-key-in-use","title":"Idempotency-Key in use","status":409,` +
 		`"detail":"a request with this key is still being processed","code":"idempotency-key-in-use"}`}
-	unavailable = fault{http.StatusServiceUnavailable, "", `{"type":"/problems/service-unavailable","title":"Service unavailable","status":503,` +
+	unavailable = fault{status: http.StatusServiceUnavailable, body: `{"type":"/problems/service-unavailable","title":"Service unavailable","status":503,` +
 		`"detail":"the database cannot be reached","code":"service-unavailable"}`}
 )
 
@@ -168,6 +169,13 @@ func (f *fixture) proxy(faults ...fault) *proxy {
 		a := attempt{at: time.Now(), key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Request-Id"), body: body}
 		if n < len(faults) {
 			flt := faults[n]
+			if flt.hang > 0 {
+				select {
+				case <-time.After(flt.hang):
+				case <-r.Context().Done():
+					return // the client left: no answer to record
+				}
+			}
 			if flt.retryAfter != "" {
 				w.Header().Set("Retry-After", flt.retryAfter)
 			}
