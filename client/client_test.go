@@ -405,6 +405,14 @@ func TestRefundListAndEvents(t *testing.T) {
 			}
 			for _, e := range page.Data.Data {
 				types[e.Type]++
+				if e.Type != client.EventTypeChargeSucceeded {
+					continue
+				}
+				// The generated union decodes the event's object.
+				ch, err := e.Data.AsCharge()
+				if d, derr := e.Data.Discriminator(); err != nil || derr != nil || d != "charge" || ch.AccountId != acct.Id {
+					t.Fatalf("event %s: data %+v (%v), discriminator %q (%v)", e.Id, ch, err, d, derr)
+				}
 			}
 			if !page.Data.HasMore {
 				break
