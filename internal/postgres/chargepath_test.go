@@ -231,3 +231,26 @@ func TestExpiredKeyExecutesAgain(t *testing.T) {
 		t.Errorf("%d deposits (%v), want 2", deposits, err)
 	}
 }
+
+// TestLockTimeoutRoundsUp: the pool's lock_timeout is KeyWait in whole
+// milliseconds, rounded up, so that a bound under a millisecond's fraction
+// never becomes 0 (no bound at all) or a shorter wait.
+func TestLockTimeoutRoundsUp(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.DatabaseURL(t)
+	for _, tc := range []struct {
+		wait time.Duration
+		want string
+	}{{1500 * time.Microsecond, "2ms"}, {time.Millisecond, "1ms"}, {5 * time.Second, "5s"}} {
+		s, err := postgres.Open(ctx, url, postgres.Options{KeyWait: tc.wait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = s.Pool().QueryRow(ctx, `SHOW lock_timeout`).Scan(&got)
+		s.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("KeyWait %v: lock_timeout %q (%v), want %q", tc.wait, got, err, tc.want)
+		}
+	}
+}
