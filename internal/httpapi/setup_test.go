@@ -60,6 +60,13 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
+	// One connection opened now, with no bound: a short keyWait also bounds
+	// the wait for a pooled connection, and opening the first one on a loaded
+	// machine (a container's network, packages in parallel) can take longer
+	// than the few hundred milliseconds a test gives it.
+	if err := store.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
 	db, err := pgxpool.New(ctx, o.databaseURL)
 	if err != nil {
 		t.Fatal(err)
