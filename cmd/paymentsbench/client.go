@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	payments "payments/client"
 )
 
 // client speaks the payments API as one merchant.
@@ -18,6 +19,10 @@ type client struct {
 	baseURL string
 	auth    string // the Authorization header
 	http    *http.Client
+	// api sends the setup requests (accounts, deposits, balances) through the
+	// payments client and its retry policy; the measured charges go through
+	// do, one request per call, so that every attempt is counted and timed.
+	api *payments.Client
 }
 
 // newClient returns a client whose connection pool keeps an idle connection for
@@ -31,19 +36,24 @@ func newClient(baseURL, apiKey string, clients int, timeout time.Duration) *clie
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
+	hc := &http.Client{Transport: tr, Timeout: timeout}
 	return &client{
 		baseURL: strings.TrimRight(baseURL, "/"),
 		auth:    "Bearer " + apiKey,
-		http:    &http.Client{Transport: tr, Timeout: timeout},
+		http:    hc,
+		api:     payments.New(baseURL, apiKey, payments.WithHTTPClient(hc), payments.WithRetryPolicy(setupRetryPolicy)),
 	}
 }
+
+// setupRetryPolicy is how the setup requests retry: five attempts, as the
+// charges completed before a replay run do (see retry).
+var setupRetryPolicy = payments.RetryPolicy{MaxAttempts: 5, BaseDelay: 200 * time.Millisecond}
 
 // answer is what the service said to one request.
 type answer struct {
 	status   int
 	replayed bool   // Idempotent-Replayed: true
 	location string // the Location header of a 201
-	body     []byte // kept only when asked for
 }
 
 // final reports whether the answer is a key's stored outcome, which every retry
@@ -77,56 +87,35 @@ func (r chargeRequest) body() []byte {
 // charge sends POST /v1/charges. The error is a transport failure; any HTTP
 // status is an answer.
 func (c *client) charge(ctx context.Context, r chargeRequest) (answer, error) {
-	return c.do(ctx, http.MethodPost, "/v1/charges", r.key, r.body(), false)
+	return c.do(ctx, http.MethodPost, "/v1/charges", r.key, r.body())
 }
 
-// createAccount opens a USD account and returns its id.
+// createAccount opens a USD account and returns its id. The API client
+// retries what may be retried (no answer, 409 in use, 429, 5xx) with key.
 func (c *client) createAccount(ctx context.Context, key string) (string, error) {
-	a, err := c.do(ctx, http.MethodPost, "/v1/accounts", key, []byte(`{"currency":"USD"}`), true)
+	res, err := c.api.CreateAccount(ctx, payments.NewAccount{Currency: "USD"}, payments.WithIdempotencyKey(key))
 	if err != nil {
 		return "", err
 	}
-	if a.status != http.StatusCreated {
-		return "", &statusError{"POST /v1/accounts", a}
+	if res.Data.Id == "" {
+		return "", fmt.Errorf("POST /v1/accounts: no account id in the answer")
 	}
-	var acct struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(a.body, &acct); err != nil || acct.ID == "" {
-		return "", fmt.Errorf("POST /v1/accounts: no account id in %s", a.body)
-	}
-	return acct.ID, nil
+	return res.Data.Id, nil
 }
 
-// deposit funds account with amount.
+// deposit funds account with amount, retried as createAccount is.
 func (c *client) deposit(ctx context.Context, account, key string, amount int64) error {
-	body := []byte(`{"amount":` + strconv.FormatInt(amount, 10) + `}`)
-	a, err := c.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/deposits", key, body, true)
-	if err != nil {
-		return err
-	}
-	if a.status != http.StatusCreated {
-		return &statusError{"POST /v1/accounts/" + account + "/deposits", a}
-	}
-	return nil
+	_, err := c.api.Deposit(ctx, account, payments.NewDeposit{Amount: amount}, payments.WithIdempotencyKey(key))
+	return err
 }
 
-// balance reads the account's current balance.
+// balance reads the account's current balance, retried as createAccount is.
 func (c *client) balance(ctx context.Context, account string) (int64, error) {
-	a, err := c.do(ctx, http.MethodGet, "/v1/accounts/"+account, "", nil, true)
+	res, err := c.api.GetAccount(ctx, account)
 	if err != nil {
 		return 0, err
 	}
-	if a.status != http.StatusOK {
-		return 0, &statusError{"GET /v1/accounts/" + account, a}
-	}
-	var acct struct {
-		Balance *int64 `json:"balance"`
-	}
-	if err := json.Unmarshal(a.body, &acct); err != nil || acct.Balance == nil {
-		return 0, fmt.Errorf("GET /v1/accounts/%s: no balance in %s", account, a.body)
-	}
-	return *acct.Balance, nil
+	return res.Data.Balance, nil
 }
 
 // statusError is an answer other than the one a setup request expects.
@@ -136,7 +125,7 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string {
-	return fmt.Sprintf("%s: %d %s", e.request, e.answer.status, bytes.TrimSpace(e.answer.body))
+	return fmt.Sprintf("%s: %d", e.request, e.answer.status)
 }
 
 // temporary reports whether the same request may succeed later: the key was
@@ -150,7 +139,7 @@ func (c *client) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		a, err := c.do(ctx, http.MethodGet, "/readyz", "", nil, false)
+		a, err := c.do(ctx, http.MethodGet, "/readyz", "", nil)
 		if err == nil && a.status == http.StatusOK {
 			return nil
 		}
@@ -166,8 +155,8 @@ func (c *client) waitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 // do sends one request; key, when set, is the Idempotency-Key. The body of the
-// answer is read to the end either way, so the connection goes back to the pool.
-func (c *client) do(ctx context.Context, method, path, key string, body []byte, keepBody bool) (answer, error) {
+// answer is read to the end and dropped, so the connection goes back to the pool.
+func (c *client) do(ctx context.Context, method, path, key string, body []byte) (answer, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, bytes.NewReader(body))
 	if err != nil {
 		return answer{}, err
@@ -189,12 +178,7 @@ func (c *client) do(ctx context.Context, method, path, key string, body []byte, 
 		replayed: resp.Header.Get("Idempotent-Replayed") == "true",
 		location: resp.Header.Get("Location"),
 	}
-	if keepBody {
-		a.body, err = io.ReadAll(resp.Body)
-	} else {
-		_, err = io.Copy(io.Discard, resp.Body)
-	}
-	if err != nil {
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		return answer{}, fmt.Errorf("%s %s: read body: %w", method, path, err)
 	}
 	return a, nil
