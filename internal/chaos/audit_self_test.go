@@ -23,7 +23,7 @@ func TestAuditFindsDamage(t *testing.T) {
 	m := migrateAndRegister(t, bin, dbURL, "audit")[0]
 	svc := newService(t, bin, serviceConfig{databaseURL: dbURL})
 	c := newClient(t, m.APIKey, "audit-key-", func(int) string { return svc.url() })
-	acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+	acct := c.mustAccount(t, ctx, usd)
 	var ops []op
 	for _, o := range []op{
 		{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct, amount: 1000, body: []byte(`{"amount":1000}`)},

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	paymentsclient "payments/client"
 )
 
 // client is a merchant's HTTP client that retries like a careful integrator:
@@ -21,6 +23,7 @@ import (
 // same body until it gets a definite answer.
 type client struct {
 	http   *http.Client
+	tr     http.RoundTripper // the pool under http's counting transport
 	apiKey string
 	// base picks the service a request goes to; it may change between
 	// attempts (a replica, a restarted process).
@@ -45,13 +48,53 @@ type clientStats struct {
 func newClient(t *testing.T, apiKey, keyPrefix string, base func(int) string) *client {
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &client{
-		http:      &http.Client{Transport: tr, Timeout: 10 * time.Second},
+	c := &client{
+		tr:        tr,
 		apiKey:    apiKey,
 		base:      base,
 		keyPrefix: keyPrefix,
 		stats:     &clientStats{},
 	}
+	c.http = &http.Client{Transport: &countingTransport{next: tr, c: c}, Timeout: 10 * time.Second}
+	return c
+}
+
+// countingTransport counts every attempt in the client's stats, whoever sends
+// it: send, or the payments client of the setup helpers. It reads the answer
+// whole, so a body cut short counts as a network error. With classify it also
+// counts the answer as definite does (retryable), for the payments client,
+// which retries by itself. last is the status of the latest answer.
+type countingTransport struct {
+	next     http.RoundTripper
+	c        *client
+	classify bool
+	last     atomic.Int64
+}
+
+func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	st := t.c.stats
+	st.requests.Add(1)
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		st.netErrors.Add(1)
+		return nil, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		st.netErrors.Add(1)
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	a := answer{status: resp.StatusCode, header: resp.Header, body: b}
+	if a.replayed() {
+		st.replayed.Add(1)
+	}
+	if t.classify {
+		t.c.retryable(a)
+	}
+	t.last.Store(int64(resp.StatusCode))
+	return resp, nil
 }
 
 // newKey returns a fresh idempotency key carrying the client's prefix.
@@ -98,23 +141,16 @@ func (c *client) send(ctx context.Context, attempt int, method, path, key string
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	c.stats.requests.Add(1)
-	resp, err := c.http.Do(req)
+	resp, err := c.http.Do(req) // counted by countingTransport
 	if err != nil {
-		c.stats.netErrors.Add(1)
 		return answer{}, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body) // already read whole: it cannot fail
 	if err != nil {
-		c.stats.netErrors.Add(1)
 		return answer{}, err
 	}
-	a := answer{status: resp.StatusCode, header: resp.Header, body: b}
-	if a.replayed() {
-		c.stats.replayed.Add(1)
-	}
-	return a, nil
+	return answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
 // retryable reports whether an answer means "not decided yet, ask again with
@@ -173,18 +209,70 @@ func (c *client) definite(ctx context.Context, method, path, key string, body []
 	return answer{}, maxAttempts, errors.New("no definite answer after maxAttempts attempts")
 }
 
-// mustCreate sends a POST until it is answered and fails the test unless the
-// answer is 201; it returns the created object's id.
-func (c *client) mustCreate(t *testing.T, ctx context.Context, path string, body string) string {
+// setupPolicy retries the setup steps as definite does: up to maxAttempts,
+// with short pauses, for as long as the test's context allows.
+var setupPolicy = paymentsclient.RetryPolicy{
+	MaxAttempts: maxAttempts,
+	BaseDelay:   5 * time.Millisecond,
+	MaxDelay:    25 * time.Millisecond,
+	MaxElapsed:  time.Hour,
+}
+
+// mustCreate runs op, a POST of the payments client, with a fresh key of c's
+// (the client retries it with that key until it is answered), and fails the
+// test unless the answer is 201; it returns the created object. Every attempt
+// is counted in c's stats, as definite counts its own.
+func mustCreate[T any](t *testing.T, c *client, what string,
+	op func(*paymentsclient.Client, paymentsclient.CallOption) (*paymentsclient.Result[T], error),
+) T {
 	t.Helper()
-	a, _, err := c.definite(ctx, http.MethodPost, path, c.newKey(), []byte(body))
+	tr := &countingTransport{next: c.tr, c: c, classify: true}
+	api := paymentsclient.New(c.base(1), c.apiKey,
+		paymentsclient.WithHTTPClient(&http.Client{Transport: tr, Timeout: c.http.Timeout}),
+		paymentsclient.WithRetryPolicy(setupPolicy))
+	res, err := op(api, paymentsclient.WithIdempotencyKey(c.newKey()))
 	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
+		t.Fatalf("%s: %v", what, err)
 	}
-	if a.status != http.StatusCreated {
-		t.Fatalf("POST %s: %d %s", path, a.status, a.body)
+	if got := tr.last.Load(); got != http.StatusCreated {
+		t.Fatalf("%s: %d, want 201", what, got)
 	}
-	return a.field("id")
+	return res.Data
+}
+
+// usd is the account most tests open.
+var usd = paymentsclient.NewAccount{Currency: "USD"}
+
+// mustAccount opens an account; see mustCreate.
+func (c *client) mustAccount(t *testing.T, ctx context.Context, in paymentsclient.NewAccount) string {
+	t.Helper()
+	return mustCreate(t, c, "POST /v1/accounts", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.Account], error) {
+		return api.CreateAccount(ctx, in, key)
+	}).Id
+}
+
+// mustDeposit funds an account; see mustCreate.
+func (c *client) mustDeposit(t *testing.T, ctx context.Context, account string, amount int64) string {
+	t.Helper()
+	return mustCreate(t, c, "POST /v1/accounts/"+account+"/deposits", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.Deposit], error) {
+		return api.Deposit(ctx, account, paymentsclient.NewDeposit{Amount: amount}, key)
+	}).Id
+}
+
+// mustCharge charges a USD account; see mustCreate.
+func (c *client) mustCharge(t *testing.T, ctx context.Context, account string, amount int64) string {
+	t.Helper()
+	return mustCreate(t, c, "POST /v1/charges", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.Charge], error) {
+		return api.CreateCharge(ctx, paymentsclient.NewCharge{AccountId: account, Amount: amount, Currency: "USD"}, key)
+	}).Id
+}
+
+// mustRefund refunds amount of a charge; see mustCreate.
+func (c *client) mustRefund(t *testing.T, ctx context.Context, charge string, amount int64) string {
+	t.Helper()
+	return mustCreate(t, c, "POST /v1/charges/"+charge+"/refunds", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.Refund], error) {
+		return api.CreateRefund(ctx, charge, paymentsclient.NewRefund{Amount: &amount}, key)
+	}).Id
 }
 
 // get makes one GET attempt and fails the test if no answer arrives.

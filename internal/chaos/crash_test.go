@@ -57,7 +57,7 @@ func TestCrash(t *testing.T) {
 	}
 	perAccount := int64(charges) * 250 * 70 / 100 / int64(nAcct)
 	for range nAcct {
-		acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+		acct := c.mustAccount(t, ctx, usd)
 		accounts = append(accounts, acct)
 		o := drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
 			amount: perAccount, body: []byte(`{"amount":` + itoa(perAccount) + `}`)})

@@ -181,7 +181,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		mu.Unlock()
 	}
 	for range nAcct {
-		acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+		acct := c.mustAccount(t, ctx, usd)
 		accounts = append(accounts, acct)
 		o := drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
 			amount: 1_000_000, body: []byte(`{"amount":1000000}`)})

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	paymentsclient "payments/client"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 )
@@ -80,16 +81,17 @@ func TestHostileInput(t *testing.T) {
 	parent := t
 
 	// The other merchant's objects, and a snapshot of everything of theirs.
-	bAcct := b.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD","description":"b's account"}`)
-	bDep := b.mustCreate(t, ctx, "/v1/accounts/"+bAcct+"/deposits", `{"amount":10000}`)
-	bCharge := b.mustCreate(t, ctx, "/v1/charges", string(chargeBody(bAcct, 3000)))
-	bRefund := b.mustCreate(t, ctx, "/v1/charges/"+bCharge+"/refunds", `{"amount":1000}`)
+	bDesc := "b's account"
+	bAcct := b.mustAccount(t, ctx, paymentsclient.NewAccount{Currency: "USD", Description: &bDesc})
+	bDep := b.mustDeposit(t, ctx, bAcct, 10000)
+	bCharge := b.mustCharge(t, ctx, bAcct, 3000)
+	bRefund := b.mustRefund(t, ctx, bCharge, 1000)
 	bEvent := b.awaitEvents(t, ctx, 1)[0]
 	bBefore := h.snapshot(ms[1].ID)
 	crossMerchant := 0
 
-	aAcct := a.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
-	a.mustCreate(t, ctx, "/v1/accounts/"+aAcct+"/deposits", `{"amount":100000}`)
+	aAcct := a.mustAccount(t, ctx, usd)
+	a.mustDeposit(t, ctx, aAcct, 100000)
 
 	t.Run("strings", func(t *testing.T) {
 		h.t = t

@@ -41,7 +41,7 @@ func TestLostAcknowledgement(t *testing.T) {
 	must(t, err, "connect")
 	t.Cleanup(db.Close)
 
-	acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+	acct := c.mustAccount(t, ctx, usd)
 	var ops []op
 	opening := drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
 		amount: 1_000_000, body: []byte(`{"amount":1000000}`)})
@@ -156,8 +156,8 @@ func TestLostAcknowledgementOfABatch(t *testing.T) {
 	must(t, err, "connect")
 	t.Cleanup(db.Close)
 
-	blocked := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
-	acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+	blocked := c.mustAccount(t, ctx, usd)
+	acct := c.mustAccount(t, ctx, usd)
 	c.post(t, ctx, "/v1/accounts/"+blocked+"/deposits", c.newKey(), `{"amount":1000}`)
 	c.post(t, ctx, "/v1/accounts/"+acct+"/deposits", c.newKey(), `{"amount":100000}`)
 

@@ -51,7 +51,7 @@ func TestDatabaseOutage(t *testing.T) {
 		accounts []string
 	)
 	for range nAcct {
-		acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+		acct := c.mustAccount(t, ctx, usd)
 		accounts = append(accounts, acct)
 		ops = append(ops, drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
 			amount: 50_000_000, body: []byte(`{"amount":50000000}`)}))

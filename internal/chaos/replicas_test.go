@@ -39,7 +39,7 @@ func TestReplicas(t *testing.T) {
 	}
 	c := newClient(t, m.APIKey, "replicas-key-", func(attempt int) string { return replicas[attempt%nReplicas].url() })
 
-	acct := c.mustCreate(t, ctx, "/v1/accounts", `{"currency":"USD"}`)
+	acct := c.mustAccount(t, ctx, usd)
 	var ops []op
 	ops = append(ops, drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
 		amount: 1_000_000, body: []byte(`{"amount":1000000}`)}))
