@@ -16,8 +16,9 @@ import (
 // With synchronous replication (synchronous_standby_names set, as Patroni's
 // synchronous mode does), COMMIT returns once the standby has the commit
 // record, so a failover to that standby loses nothing acknowledged. But when
-// that wait is cancelled (the client's cancel request, a statement_timeout, a
-// terminated backend) PostgreSQL ends it with only a WARNING: the transaction
+// that wait is cancelled (a cancel request, a terminated backend; not a
+// statement_timeout, which PostgreSQL disarms before it commits) PostgreSQL
+// ends it with only a WARNING: the transaction
 // is committed locally and COMMIT still reports success, although the standby
 // may not have it. A failover then loses a charge whose 201 was sent, and the
 // retry charges again under a new id.
