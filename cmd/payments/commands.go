@@ -99,19 +99,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return err
 		}
 		defer stopMetrics()
-		// Sampled in the background on a connection of its own: a scrape does
-		// no database work, and sampling takes no connection from payments.
-		monitor, err := postgres.OpenMonitor(ctx, cfg.DatabaseURL)
-		if err != nil {
-			return fmt.Errorf("invalid DATABASE_URL: %w", err)
-		}
-		defer monitor.Close()
-		sampler := m.Backlog(monitor.Backlog)
-		samplerCtx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
-		samplerDone := make(chan struct{})
-		go func() { defer close(samplerDone); sampler.Run(samplerCtx, cfg.MetricsSample) }()
-		defer func() { stopSampler(); <-samplerDone }()
 	}
+	// The outbox is sampled in the background on a connection of its own, for
+	// the gauges and the warning about held events: a scrape does no database
+	// work, and sampling takes no connection from payments.
+	monitor, err := postgres.OpenMonitor(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	defer monitor.Close()
+	sampler := m.Backlog(outboxSampler(monitor, cfg.EventsHeldWarn, log))
+	samplerCtx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
+	samplerDone := make(chan struct{})
+	go func() { defer close(samplerDone); sampler.Run(samplerCtx, cfg.MetricsSample) }()
+	defer func() { stopSampler(); <-samplerDone }()
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)
 		if err != nil {

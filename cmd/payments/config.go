@@ -28,6 +28,7 @@ type config struct {
 	PprofAddr       string
 	MetricsAddr     string
 	MetricsSample   time.Duration
+	EventsHeldWarn  time.Duration
 	ChargeBatches   int
 	RelayPoll       time.Duration
 	EventRetention  time.Duration
@@ -95,7 +96,7 @@ func (c *config) settings() []setting {
 				c.MetricsAddr = v
 				return nil
 			}},
-		{"METRICS_SAMPLE", "metrics-sample", "15s", "how often gauges that need the database (the outbox backlog) are sampled; at least 1s",
+		{"METRICS_SAMPLE", "metrics-sample", "15s", "how often the outbox is sampled for its gauges and the EVENTS_HELD_WARN warning; at least 1s",
 			func(v string) error {
 				if err := durationInto(&c.MetricsSample)(v); err != nil {
 					return err
@@ -105,6 +106,8 @@ func (c *config) settings() []setting {
 				}
 				return nil
 			}},
+		{"EVENTS_HELD_WARN", "events-held-warn", "30s", "log a warning naming the transaction that holds events back (the event horizon) once an event has waited this long; sampled every METRICS_SAMPLE",
+			durationInto(&c.EventsHeldWarn)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
 			durationInto(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",

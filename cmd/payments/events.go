@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"payments/internal/consumer"
+	"payments/internal/metrics"
 	"payments/internal/postgres"
 	"payments/internal/relay"
 )
@@ -78,4 +79,31 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	log.Info("consumer starting", "nats", cfg.NATSURL, "durable", consumer.Name)
 	return c.Run(ctx)
+}
+
+// outboxSampler reads the outbox for the metrics' sampler, and logs a warning
+// naming the transaction that holds events back once an event has waited warn
+// for it: the feed and the relay list an event only when every older
+// transaction of the database has ended (internal/postgres/horizon.go), so a
+// long one in this database delays them all, and the operator must see which.
+func outboxSampler(monitor *postgres.Monitor, warn time.Duration, log *slog.Logger) func(context.Context) (metrics.OutboxSample, error) {
+	return func(ctx context.Context) (metrics.OutboxSample, error) {
+		st, err := monitor.Outbox(ctx)
+		if err != nil {
+			return metrics.OutboxSample{}, err
+		}
+		if st.Held >= warn && st.Holder != nil {
+			attrs := []any{"held", st.Held.Round(time.Millisecond), "xid", st.Holder.XID}
+			if st.Holder.PID != 0 {
+				attrs = append(attrs, "pid", st.Holder.PID)
+			} else {
+				attrs = append(attrs, "prepared", true)
+			}
+			if st.Holder.Age >= 0 {
+				attrs = append(attrs, "transaction_age", st.Holder.Age.Round(time.Millisecond))
+			}
+			log.Warn("events held back by a long transaction in this database", attrs...)
+		}
+		return metrics.OutboxSample{Backlog: st.Backlog, Oldest: st.Oldest, Held: st.Held}, nil
+	}
 }

@@ -105,22 +105,33 @@ func (m *Metrics) Pool(pool *pgxpool.Pool) {
 	m.CounterFunc("payments_db_pool_acquire_wait_seconds_total", "Time spent waiting for connections.", stat(func(s *pgxpool.Stat) float64 { return s.AcquireDuration().Seconds() }))
 }
 
-// BacklogSampler reads the outbox backlog in the background and holds the
-// last sample, so a scrape never queries the database.
+// OutboxSample is one reading of the outbox.
+type OutboxSample struct {
+	// Backlog is how many events wait to be published; Oldest is the age of
+	// the oldest of them, the publish lag.
+	Backlog int64
+	Oldest  time.Duration
+	// Held is how long the oldest committed event has waited for an older
+	// transaction of the database to end (the event horizon); 0 when none
+	// waits.
+	Held time.Duration
+}
+
+// BacklogSampler reads the outbox in the background and holds the last
+// sample, so a scrape never queries the database.
 type BacklogSampler struct {
-	read    func(context.Context) (int64, time.Duration, error)
+	read    func(context.Context) (OutboxSample, error)
 	mu      sync.Mutex
-	count   int64         // -1 until the first sample
-	oldest  time.Duration // -1 until the first sample
-	at      time.Time     // when the last good sample was taken
+	last    OutboxSample // Backlog, Oldest and Held are -1 until the first sample
+	at      time.Time    // when the last good sample was taken
 	samples atomic.Int64
 	errors  atomic.Int64
 }
 
-// Backlog registers the outbox backlog gauges, fed by the returned sampler's
-// Run with read.
-func (m *Metrics) Backlog(read func(context.Context) (int64, time.Duration, error)) *BacklogSampler {
-	b := &BacklogSampler{read: read, count: -1, oldest: -1}
+// Backlog registers the outbox gauges, fed by the returned sampler's Run with
+// read.
+func (m *Metrics) Backlog(read func(context.Context) (OutboxSample, error)) *BacklogSampler {
+	b := &BacklogSampler{read: read, last: OutboxSample{Backlog: -1, Oldest: -1, Held: -1}}
 	last := func(pick func(*BacklogSampler) float64) func() float64 {
 		return func() float64 {
 			b.mu.Lock()
@@ -128,15 +139,18 @@ func (m *Metrics) Backlog(read func(context.Context) (int64, time.Duration, erro
 			return pick(b)
 		}
 	}
+	seconds := func(d time.Duration) float64 {
+		if d < 0 {
+			return -1
+		}
+		return d.Seconds()
+	}
 	m.GaugeFunc("payments_outbox_backlog_events", "Events not yet published, as last sampled (-1: no sample yet).",
-		last(func(b *BacklogSampler) float64 { return float64(b.count) }))
+		last(func(b *BacklogSampler) float64 { return float64(b.last.Backlog) }))
 	m.GaugeFunc("payments_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished event, as last sampled: the publish lag (-1: no sample yet).",
-		last(func(b *BacklogSampler) float64 {
-			if b.oldest < 0 {
-				return -1
-			}
-			return b.oldest.Seconds()
-		}))
+		last(func(b *BacklogSampler) float64 { return seconds(b.last.Oldest) }))
+	m.GaugeFunc("payments_events_held_seconds", "How long the oldest committed event has waited, as last sampled, for an older transaction of the database to end before the feed and the relay may list it (the event horizon; 0: none waits, -1: no sample yet).",
+		last(func(b *BacklogSampler) float64 { return seconds(b.last.Held) }))
 	m.GaugeFunc("payments_outbox_sample_age_seconds", "Seconds since the outbox backlog was last sampled (-1: never).",
 		last(func(b *BacklogSampler) float64 {
 			if b.at.IsZero() {
@@ -169,13 +183,13 @@ func (b *BacklogSampler) Run(ctx context.Context, interval time.Duration) {
 func (b *BacklogSampler) sample(ctx context.Context, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	n, oldest, err := b.read(ctx)
+	sample, err := b.read(ctx)
 	b.samples.Add(1)
 	if err != nil {
 		b.errors.Add(1)
 		return
 	}
 	b.mu.Lock()
-	b.count, b.oldest, b.at = n, oldest, time.Now()
+	b.last, b.at = sample, time.Now()
 	b.mu.Unlock()
 }

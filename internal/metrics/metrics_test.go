@@ -29,12 +29,13 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 func TestBacklogSampled(t *testing.T) {
 	m := metrics.New()
 	var reads atomic.Int64
-	b := m.Backlog(func(context.Context) (int64, time.Duration, error) {
+	b := m.Backlog(func(context.Context) (metrics.OutboxSample, error) {
 		reads.Add(1)
-		return 400_000, 90 * time.Second, nil
+		return metrics.OutboxSample{Backlog: 400_000, Oldest: 90 * time.Second, Held: 1500 * time.Millisecond}, nil
 	})
 	if body := scrape(t, m); !strings.Contains(body, "payments_outbox_backlog_events -1\n") ||
-		!strings.Contains(body, "payments_outbox_sample_age_seconds -1\n") {
+		!strings.Contains(body, "payments_outbox_sample_age_seconds -1\n") ||
+		!strings.Contains(body, "payments_events_held_seconds -1\n") {
 		t.Errorf("before any sample, want -1:\n%s", body)
 	}
 
@@ -57,6 +58,7 @@ func TestBacklogSampled(t *testing.T) {
 	for _, want := range []string{
 		"payments_outbox_backlog_events 400000\n",
 		"payments_outbox_oldest_unpublished_seconds 90\n",
+		"payments_events_held_seconds 1.5\n",
 		"payments_outbox_sample_errors_total 0\n",
 	} {
 		if !strings.Contains(body, want) {
@@ -70,11 +72,11 @@ func TestBacklogSampled(t *testing.T) {
 func TestBacklogSampleFails(t *testing.T) {
 	m := metrics.New()
 	var calls atomic.Int64
-	b := m.Backlog(func(context.Context) (int64, time.Duration, error) {
+	b := m.Backlog(func(context.Context) (metrics.OutboxSample, error) {
 		if calls.Add(1) > 1 {
-			return 0, 0, errors.New("database down")
+			return metrics.OutboxSample{}, errors.New("database down")
 		}
-		return 7, time.Second, nil
+		return metrics.OutboxSample{Backlog: 7, Oldest: time.Second}, nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

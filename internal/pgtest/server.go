@@ -142,7 +142,11 @@ func startContainer(ctx context.Context, img string) (_ *server, err error) {
 		}
 	}()
 
-	ctr, err := postgres.Run(ctx, img, postgres.BasicWaitStrategies())
+	// Prepared transactions hold the event feed back like running ones, and a
+	// test proves it (internal/postgres, TestPreparedTransactionHoldsEvents);
+	// PostgreSQL allows none by default.
+	ctr, err := postgres.Run(ctx, img, postgres.BasicWaitStrategies(),
+		testcontainers.WithCmdArgs("-c", "max_prepared_transactions=8"))
 	if err != nil {
 		// Run returns a container that was created but never became ready; remove it.
 		return nil, errors.Join(

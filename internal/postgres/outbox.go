@@ -58,20 +58,24 @@ func (l *OutboxLease) Close() {
 	_ = l.conn.Close(ctx) // closing the session releases the lock
 }
 
-// unpublishedSQL reads the oldest unpublished events of finished transactions
-// in feed order (see migration 0002): a slow transaction's events are never
-// overtaken and then forgotten.
+// unpublishedSQL reads the oldest unpublished events below the event horizon
+// ($2, read by the statement before: horizon.go) in feed order (see migration
+// 0002): a slow transaction's events are never overtaken and then forgotten.
 const unpublishedSQL = `
 SELECT merchant_id, id, type, payload, created_at
 FROM events
 WHERE published_at IS NULL
-  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+  AND tx_id < $2::xid8
 ORDER BY tx_id, seq
 LIMIT $1`
 
 // Unpublished returns up to limit events to publish, oldest first.
 func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.OutboxEvent, error) {
-	rows, err := l.conn.Query(ctx, unpublishedSQL, limit)
+	h, err := eventHorizon(ctx, l.conn)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := l.conn.Query(ctx, unpublishedSQL, limit, h.xid)
 	if err != nil {
 		return nil, asUnavailable(fmt.Errorf("select unpublished events: %w", err))
 	}
@@ -168,7 +172,7 @@ func backlog(ctx context.Context, q interface {
 	return count, oldest, nil
 }
 
-// Monitor reads the outbox backlog for the metrics on a connection of its own
+// Monitor reads the outbox's state for the metrics on a connection of its own
 // (at most one), so sampling never takes a connection from the payments.
 type Monitor struct{ pool *pgxpool.Pool }
 
@@ -188,9 +192,48 @@ func OpenMonitor(ctx context.Context, databaseURL string) (*Monitor, error) {
 	return &Monitor{pool: pool}, nil
 }
 
-// Backlog is Store.Backlog on the monitor's connection.
-func (m *Monitor) Backlog(ctx context.Context) (count int64, oldest time.Duration, err error) {
-	return backlog(ctx, m.pool)
+// OutboxState is a reading of the outbox, for the metrics and the operator.
+type OutboxState struct {
+	// Backlog is how many events wait to be published, Oldest the age of the
+	// oldest of them.
+	Backlog int64
+	Oldest  time.Duration
+	// Held is how long the oldest committed event has waited behind the event
+	// horizon (horizon.go): listed by neither the feed nor the relay, because
+	// an older transaction of this database still runs. 0 when none waits.
+	Held time.Duration
+	// Holder is the transaction that holds the horizon back, if one does.
+	Holder *HorizonHolder
+}
+
+// heldSQL is the age of the oldest committed event at or above the horizon
+// ($1, read by the statement before). The relay has not published it (it
+// cannot), so the partial index of unpublished events finds it.
+const heldSQL = `
+SELECT extract(epoch FROM now() - min(created_at))::float8
+FROM events WHERE published_at IS NULL AND tx_id >= $1::xid8`
+
+// Outbox reads the backlog and what holds the event horizon back, on the
+// monitor's connection.
+func (m *Monitor) Outbox(ctx context.Context) (OutboxState, error) {
+	var st OutboxState
+	var err error
+	if st.Backlog, st.Oldest, err = backlog(ctx, m.pool); err != nil {
+		return OutboxState{}, err
+	}
+	h, err := eventHorizon(ctx, m.pool)
+	if err != nil {
+		return OutboxState{}, err
+	}
+	var held *float64
+	if err := m.pool.QueryRow(ctx, heldSQL, h.xid).Scan(&held); err != nil {
+		return OutboxState{}, asUnavailable(fmt.Errorf("events held: %w", err))
+	}
+	if held != nil {
+		st.Held = max(0, time.Duration(*held*float64(time.Second)))
+	}
+	st.Holder = h.holder()
+	return st, nil
 }
 
 // Close closes the monitor's connection.

@@ -88,9 +88,9 @@ WHERE id = (SELECT id FROM events ORDER BY created_at LIMIT 1)`); err != nil {
 	if err != nil || n != 2 || age < 90*time.Minute || age > 91*time.Minute {
 		t.Errorf("Backlog = %d events, oldest %v, %v; want 2, 90 minutes", n, age, err)
 	}
-	n, age, err = mon.Backlog(ctx)
-	if err != nil || n != 2 || age < 90*time.Minute || age > 91*time.Minute {
-		t.Errorf("Monitor.Backlog = %d events, oldest %v, %v; want 2, 90 minutes", n, age, err)
+	st, err := mon.Outbox(ctx)
+	if err != nil || st.Backlog != 2 || st.Oldest < 90*time.Minute || st.Oldest > 91*time.Minute || st.Held != 0 || st.Holder != nil {
+		t.Errorf("Monitor.Outbox = %+v, %v; want 2 events, the oldest 90 minutes old, none held", st, err)
 	}
 
 	if _, err := s.Pool().Exec(ctx, `UPDATE events SET published_at = now()`); err != nil {

@@ -91,14 +91,14 @@ FROM refunds WHERE merchant_id = $1 AND charge_id = $2 AND id = $3`
 
 	eventPositionSQL = `SELECT tx_id, seq FROM events WHERE merchant_id = $1 AND id = $2`
 
-	// Events are paged by (tx_id, seq), and only among events whose transaction
-	// is older than every transaction still running: that prefix never gains a
-	// row, so pages never skip one (see migration 0002).
+	// Events are paged by (tx_id, seq), and only among events below the event
+	// horizon ($5, horizon.go), read by the statement before this one: that
+	// prefix never gains a row, so pages never skip one (see migration 0002).
 	eventsSQL = `
 SELECT id, type, payload, created_at
 FROM events
 WHERE merchant_id = $1
-  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+  AND tx_id < $5::xid8
   AND (tx_id, seq) > ($2::xid8, $3::bigint)
 ORDER BY tx_id, seq
 LIMIT $4`
@@ -161,7 +161,11 @@ func (s *Reader) Events(ctx context.Context, merchantID uuid.UUID, q payment.Eve
 			return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select cursor event: %w", err))
 		}
 	}
-	rows, err := s.pool.Query(ctx, eventsSQL, merchantID, afterTx, afterSeq, q.Limit+1)
+	h, err := eventHorizon(ctx, s.pool)
+	if err != nil {
+		return payment.Page[payment.Event]{}, err
+	}
+	rows, err := s.pool.Query(ctx, eventsSQL, merchantID, afterTx, afterSeq, q.Limit+1, h.xid)
 	if err != nil {
 		return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select events: %w", err))
 	}

@@ -1,0 +1,2 @@
+DROP FUNCTION payments_event_horizon();
+DROP FUNCTION payments_event_horizon_after(pg_snapshot);
