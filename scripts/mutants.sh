@@ -32,7 +32,9 @@
 # the packages' tests two at a time, and the in-flight tests bound their waits
 # from above, so an overloaded machine would count as kills), and
 # MUTANTS_TIMEOUT_COEFFICIENT (a mutant's test run may take this many times the
-# unmutated run before it counts as TIMED OUT, default 5).
+# unmutated run before it counts as TIMED OUT, default 5), MUTANTS_EXCLUDE (a
+# regular expression of file paths gremlins leaves alone, to finish a run that
+# was stopped part way, e.g. 'auth|charges|compress' to test the rest).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -43,6 +45,10 @@ GO=${GO:-go}
 GREMLINS=${GREMLINS:-"$GO run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0"}
 workers=${MUTANTS_WORKERS:-1}
 coefficient=${MUTANTS_TIMEOUT_COEFFICIENT:-5}
+exclude=()
+if [ -n "${MUTANTS_EXCLUDE:-}" ]; then
+	exclude=(--exclude-files "$MUTANTS_EXCLUDE")
+fi
 out=${MUTANTS_OUT:-$root/mutants}
 
 # The packages whose tests run against every mutant, and the default targets.
@@ -102,7 +108,7 @@ for pkg in "${targets[@]}"; do
 	# Gremlins mutates the package it is started in; it finds no module when
 	# given a relative path (v0.6.0), so it is given none.
 	(cd "$dst/$pkg" && $GREMLINS unleash --integration --coverpkg "$coverpkg" \
-		--workers "$workers" --timeout-coefficient "$coefficient" "${mutators[@]}" \
+		--workers "$workers" --timeout-coefficient "$coefficient" "${mutators[@]}" "${exclude[@]}" \
 		--output "$out/$name.json") >"$out/$name.log" 2>&1 || status=$?
 	tail -n 6 "$out/$name.log"
 	echo "mutants: $pkg took $(($(date +%s) - pkgstart))s"
