@@ -230,9 +230,10 @@ func TestEventsOnePerEffectiveChange(t *testing.T) {
 
 	// The feed: every event once, oldest first, each refund after its charge.
 	var feed []listItem
-	// The feed lists an event once every transaction that began before it
-	// has ended, on the whole server; other test packages sharing a local
-	// PostgreSQL hold it back for as long as their transactions last.
+	// The feed lists an event once every transaction of this database that
+	// began before it has ended (other databases on the server, other test
+	// packages' among them, do not hold it back); the fixture's own
+	// background work may still be running.
 	const bound = 30 * time.Second
 	deadline := time.Now().Add(bound)
 	for len(feed) < total && time.Now().Before(deadline) {
