@@ -20,6 +20,8 @@ import (
 // and once that passes the threshold the warning names the holding backend's
 // pid and transaction id; under the threshold, nothing is logged.
 func TestHeldEventsAreLogged(t *testing.T) {
+	const insertEvent = `INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
+VALUES (gen_random_uuid(), gen_random_uuid(), 'account', gen_random_uuid(), 'account.created', '{}')`
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
@@ -38,8 +40,7 @@ func TestHeldEventsAreLogged(t *testing.T) {
 	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid(), pg_current_xact_id()::text::bigint`).Scan(&pid, &xid); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Exec(ctx, `INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
-VALUES (gen_random_uuid(), gen_random_uuid(), 'account', gen_random_uuid(), 'account.created', '{}')`); err != nil {
+	if _, err := holder.Exec(ctx, insertEvent); err != nil {
 		t.Fatal(err)
 	}
 	// An event committed after the holder began: it waits for the holder.
@@ -48,8 +49,7 @@ VALUES (gen_random_uuid(), gen_random_uuid(), 'account', gen_random_uuid(), 'acc
 		t.Fatal(err)
 	}
 	defer other.Close(ctx)
-	if _, err := other.Exec(ctx, `INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
-VALUES (gen_random_uuid(), gen_random_uuid(), 'account', gen_random_uuid(), 'account.created', '{}')`); err != nil {
+	if _, err := other.Exec(ctx, insertEvent); err != nil {
 		t.Fatal(err)
 	}
 	monitor, err := postgres.OpenMonitor(ctx, dbURL)
