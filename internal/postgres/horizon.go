@@ -46,16 +46,19 @@ type horizon struct {
 
 // eventHorizon reads the horizon. The caller's next statement, which reads
 // events below it, must be a separate one (see horizonSQL).
-func eventHorizon(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-},
-) (horizon, error) {
+func eventHorizon(ctx context.Context, q rowQuerier) (horizon, error) {
 	var h horizon
 	err := q.QueryRow(ctx, horizonSQL).Scan(&h.xid, &h.holderPID, &h.holderXID, &h.holderSince, &h.now)
 	if err != nil {
 		return horizon{}, asUnavailable(fmt.Errorf("read the event horizon: %w", err))
 	}
 	return h, nil
+}
+
+// rowQuerier is what reads one row: a pool, or a connection of its own (the
+// relay's lease, the monitor's).
+type rowQuerier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
 }
 
 // HorizonHolder is the transaction that holds the event horizon back: the

@@ -30,16 +30,11 @@ type holder struct {
 func hold(t *testing.T, url string) *holder {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
+	h := &holder{conn: connect(t, url)}
+	if _, err := h.conn.Exec(ctx, "BEGIN"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	h := &holder{conn: conn}
-	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), pg_current_xact_id()::text::bigint`).Scan(&h.pid, &h.xid); err != nil {
+	if err := h.conn.QueryRow(ctx, `SELECT pg_backend_pid(), pg_current_xact_id()::text::bigint`).Scan(&h.pid, &h.xid); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -336,13 +331,7 @@ func TestFeedUnderRandomInterleaving(t *testing.T) {
 	for i := range writers {
 		wg.Go(func() { write(url, true, uint64(i)) })
 	}
-	foreign, err := pgx.Connect(ctx, foreignURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = foreign.Exec(ctx, `CREATE TABLE batch_job (n int)`)
-	_ = foreign.Close(ctx)
-	if err != nil {
+	if _, err := connect(t, foreignURL).Exec(ctx, `CREATE TABLE batch_job (n int)`); err != nil {
 		t.Fatal(err)
 	}
 	wg.Go(func() { write(foreignURL, false, 100) })
@@ -504,15 +493,10 @@ func TestHorizonInterleavings(t *testing.T) {
 		t.Fatalf("%d orders, want 40", len(orders))
 	}
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	// Every order begins T and commits it, so one connection serves them all.
+	conn, tconn := connect(t, url), connect(t, url)
 	for _, order := range orders {
 		merchant := newMerchant(t, s)
-		tconn := hold(t, url)
-		tconn.end(t, "ROLLBACK") // hold began one; Tbegin begins its own
 		var (
 			s0      string
 			horizon uint64
@@ -537,12 +521,12 @@ func TestHorizonInterleavings(t *testing.T) {
 				listed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 				must(err)
 			case "Tbegin":
-				_, err := tconn.conn.Exec(ctx, "BEGIN")
+				_, err := tconn.Exec(ctx, "BEGIN")
 				must(err)
-				_, err = tconn.conn.Exec(ctx, insertEventSQL, merchant, uuid.New())
+				_, err = tconn.Exec(ctx, insertEventSQL, merchant, uuid.New())
 				must(err)
 			case "Tcommit":
-				_, err := tconn.conn.Exec(ctx, "COMMIT")
+				_, err := tconn.Exec(ctx, "COMMIT")
 				must(err)
 			case "U":
 				_, err := s.Pool().Exec(ctx, insertEventSQL, merchant, uuid.New())

@@ -159,9 +159,7 @@ const backlogSQL = `
 SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
 FROM events WHERE published_at IS NULL`
 
-func backlog(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) (count int64, oldest time.Duration, err error) {
+func backlog(ctx context.Context, q rowQuerier) (count int64, oldest time.Duration, err error) {
 	var age *float64
 	if err := q.QueryRow(ctx, backlogSQL).Scan(&count, &age); err != nil {
 		return 0, 0, asUnavailable(fmt.Errorf("outbox backlog: %w", err))

@@ -183,16 +183,22 @@ func TestCommitsWithEventsWakeTheRelay(t *testing.T) {
 	}
 }
 
-// listen opens a connection to url that listens on payments_events.
-func listen(t *testing.T, url string) *pgx.Conn {
+// connect opens a connection to url of the test's own, closed when it ends.
+func connect(t *testing.T, url string) *pgx.Conn {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, "LISTEN payments_events"); err != nil {
+	return conn
+}
+
+// listen opens a connection to url that listens on payments_events.
+func listen(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn := connect(t, url)
+	if _, err := conn.Exec(context.Background(), "LISTEN payments_events"); err != nil {
 		t.Fatal(err)
 	}
 	return conn
