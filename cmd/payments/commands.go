@@ -39,6 +39,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	defer store.Close()
 	m.Pool(store.Pool())
+	m.ChargeBatcher(store.ChargeStats, store.StuckAfter())
 	front := idempotency.NewFront(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
 	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
 		func() float64 { h, _ := front.Cache().Stats(); return float64(h) })

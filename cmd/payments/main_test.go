@@ -157,8 +157,18 @@ func TestServeEndToEnd(t *testing.T) {
 	if r.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /metrics on the API: %d, want 404", r.StatusCode)
 	}
-	if body := scrape(t, waitForMetricsAddr(t, logs)); !strings.Contains(body, `payments_charges_total{status="succeeded"} 1`) {
-		t.Errorf("the metrics lack the charge:\n%s", body)
+	metrics := scrape(t, waitForMetricsAddr(t, logs))
+	if !strings.Contains(metrics, `payments_charges_total{status="succeeded"} 1`) {
+		t.Errorf("the metrics lack the charge:\n%s", metrics)
+	}
+	// The charge batcher's series, which PaymentsChargePathStuck compares:
+	// the bound is IDEMPOTENCY_WAIT + COMMIT_WAIT, 5 s each by default.
+	for _, series := range []string{"payments_charge_batch_age_seconds 0\n", "payments_charge_batch_stuck_after_seconds 10\n",
+		"payments_charge_queue_wait_seconds 0\n", "payments_charge_batches_total 1\n", "payments_charge_queue_timeouts_total 0\n",
+		`payments_charges_abandoned_total{outcome="executed"} 0` + "\n"} {
+		if !strings.Contains(metrics, series) {
+			t.Errorf("the metrics lack %q", strings.TrimSpace(series))
+		}
 	}
 	// Headers over 16 KiB (plus net/http's 4 KiB of slack) are refused.
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/healthz", nil)

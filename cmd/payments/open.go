@@ -6,9 +6,27 @@ import (
 	"io"
 	"log/slog"
 
+	"payments/internal/idempotency"
 	"payments/internal/metrics"
 	"payments/internal/postgres"
 )
+
+// logAbandoned logs what became of a charge whose client left before its
+// answer: its merchant and key hash (never the key), the outcome and status.
+func logAbandoned(log *slog.Logger, a postgres.AbandonedCharge) {
+	attrs := []slog.Attr{
+		slog.String("merchant_id", a.Request.MerchantID.String()),
+		slog.String("key_hash", idempotency.KeyHash(a.Request.MerchantID, a.Request.Key)),
+		slog.String("outcome", a.Outcome),
+	}
+	if a.Status != 0 {
+		attrs = append(attrs, slog.Int("status", a.Status))
+	}
+	if a.Err != nil {
+		attrs = append(attrs, slog.String("error", a.Err.Error()))
+	}
+	log.LogAttrs(context.Background(), slog.LevelInfo, "charge abandoned by its client", attrs...)
+}
 
 // open reads the configuration and opens the store, the start every
 // long-running command shares. m, if not nil, counts expired keys.
@@ -22,6 +40,10 @@ func open(ctx context.Context, name string, args []string, getenv func(string) s
 		ChargeBatchSize: cfg.ChargeBatchSize, ChargeBatches: cfg.ChargeBatches}
 	if m != nil {
 		opts.OnExpired = func() { m.Idempotency(metrics.OutcomeExpired) }
+		opts.OnAbandoned = func(a postgres.AbandonedCharge) {
+			m.ChargeAbandoned(a.Outcome)
+			logAbandoned(log, a)
+		}
 	}
 	store, err := postgres.Open(ctx, cfg.DatabaseURL, opts)
 	if err != nil {

@@ -224,7 +224,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.backend.Ping(ctx); err != nil {
+	if err := s.backend.Ready(ctx); err != nil {
 		s.fail(w, r, fmt.Errorf("%w: %w", payment.ErrUnavailable, err))
 		return
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -79,6 +80,10 @@ var errorProblems = []struct {
 	{payment.ErrRefundExceedsCharge, probRefundExceeds},
 	{payment.ErrChargeNotRefundable, probNotRefundable},
 	{payment.ErrUnavailable, probUnavailable},
+	// The request's client left, or its time ran out, before the outcome was
+	// known: whatever committed, a retry with the key answers it.
+	{context.Canceled, probUnavailable},
+	{context.DeadlineExceeded, probUnavailable},
 	{payment.ErrInsufficientFunds, probInsufficientFunds},
 	{errInvalidBody, probInvalidRequest},
 	{errTooLarge, probTooLarge},

@@ -40,8 +40,10 @@ type Backend interface {
 	// CreateCharge executes a charge at most once per (merchant, key), group
 	// committed with concurrent charges; see postgres.Store.CreateCharge.
 	CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error)
-	// Ping reports whether the database answers.
-	Ping(ctx context.Context) error
+	// Ready reports whether this process can serve: the database answers as
+	// a primary and the charge path makes progress; payment.ErrUnavailable
+	// says why not.
+	Ready(ctx context.Context) error
 }
 
 // Options configure the API.
@@ -264,7 +266,12 @@ func equalFold(a, b string) bool {
 // generic 500 whose cause goes only to the log.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p, ok := problemFor(err)
-	if !ok || p.status >= 500 {
+	switch {
+	case r.Context().Err() != nil && (!ok || p.status >= 500):
+		// Its client has gone: nobody reads the answer, and the service did
+		// not fail. (A charge's outcome, once known, is logged apart.)
+		s.log.InfoContext(r.Context(), "client left before its answer", "request_id", requestIDFrom(r.Context()), "error", err)
+	case !ok || p.status >= 500:
 		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestIDFrom(r.Context()), "error", err)
 	}
 	if !ok {

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"payments/internal/groupcommit"
 )
 
 // Metrics records what the API does. Its methods are safe for concurrent use.
@@ -24,6 +26,7 @@ type Metrics struct {
 	requests    *prometheus.HistogramVec
 	idempotency *prometheus.CounterVec
 	charges     *prometheus.CounterVec
+	abandoned   *prometheus.CounterVec
 }
 
 // Idempotency outcomes, the values of the outcome label.
@@ -56,11 +59,51 @@ func New() *Metrics {
 			Help: "Charges executed (replays not counted) by status: succeeded, failed.",
 		}, []string{"status"}),
 	}
-	reg.MustRegister(m.requests, m.idempotency, m.charges)
+	m.abandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "payments_charges_abandoned_total",
+		Help: "Charges whose client left before its answer, by what became of them: executed, replayed, not_executed, failed.",
+	}, []string{"outcome"})
+	reg.MustRegister(m.requests, m.idempotency, m.charges, m.abandoned)
 	for _, o := range []string{OutcomeClaimed, OutcomeReplayed, OutcomeMismatch, OutcomeInUse, OutcomeExpired} {
 		m.idempotency.WithLabelValues(o)
 	}
+	for _, o := range AbandonedOutcomes {
+		m.abandoned.WithLabelValues(o)
+	}
 	return m
+}
+
+// AbandonedOutcomes are the values of payments_charges_abandoned_total's
+// outcome label (postgres.Abandoned*).
+var AbandonedOutcomes = []string{"executed", "replayed", "not_executed", "failed"}
+
+// ChargeAbandoned records what became of a charge whose client left; outcome
+// is one of AbandonedOutcomes.
+func (m *Metrics) ChargeAbandoned(outcome string) { m.abandoned.WithLabelValues(outcome).Inc() }
+
+// ChargeBatcher registers the charge batcher's gauges and counters, read from
+// stats at each scrape (which never waits for a batch), and stuckAfter, the
+// age past which a batch is stuck (IDEMPOTENCY_WAIT + COMMIT_WAIT), which the
+// alerting rule compares the batch's age with.
+func (m *Metrics) ChargeBatcher(stats func() groupcommit.Stats, stuckAfter time.Duration) {
+	gauge := func(name, help string, f func(groupcommit.Stats) float64) {
+		m.GaugeFunc(name, help, func() float64 { return f(stats()) })
+	}
+	counter := func(name, help string, f func(groupcommit.Stats) uint64) {
+		m.CounterFunc(name, help, func() float64 { return float64(f(stats())) })
+	}
+	gauge("payments_charge_batch_age_seconds", "How long the oldest charge batch in flight has run (0: none runs).",
+		func(s groupcommit.Stats) float64 { return s.BatchAge.Seconds() })
+	gauge("payments_charge_queue_wait_seconds", "How long the oldest charge waiting for a batch has waited (0: none waits).",
+		func(s groupcommit.Stats) float64 { return s.QueueWait.Seconds() })
+	gauge("payments_charge_queue_length", "Charges waiting for a batch.",
+		func(s groupcommit.Stats) float64 { return float64(s.Queued) })
+	m.GaugeFunc("payments_charge_batch_stuck_after_seconds", "The age past which a charge batch is stuck: IDEMPOTENCY_WAIT + COMMIT_WAIT.",
+		func() float64 { return stuckAfter.Seconds() })
+	counter("payments_charge_batches_total", "Charge batches run.",
+		func(s groupcommit.Stats) uint64 { return s.Batches })
+	counter("payments_charge_queue_timeouts_total", "Charges that waited IDEMPOTENCY_WAIT for a batch and were answered 503, not executed.",
+		func(s groupcommit.Stats) uint64 { return s.QueueTimeouts })
 }
 
 // Handler serves the metrics in the Prometheus text format.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,92 +20,218 @@ import (
 
 // The charge path. Every charge, whatever its outcome, goes through chargeTx,
 // which runs a batch of charges (one, or many gathered by internal/groupcommit)
-// in one transaction and one commit:
+// in one transaction and one commit. A batch waits for no lock that another
+// transaction holds, so no member ever waits, or fails, for another's reason:
 //
 //  1. One round trip: BEGIN; the advisory lock of every member's key, taken
 //     without waiting; the stored responses of those keys; the accounts of the
-//     members whose keys are not stored, locked FOR UPDATE in (merchant_id,
-//     id) order, so batches on several replicas cannot deadlock.
-//  2. In Go, member by member in order: a key whose lock another transaction
-//     holds leaves the batch (Store.CreateCharge then waits for it alone, holding
-//     nothing); a stored key is replayed (or refused as reused) without
-//     touching accounts or charges; a key already seen in this batch answers
-//     from its first member; every other member is decided by
-//     payment.ChargeAccount against the balance the members before it left,
-//     and its answer rendered.
+//     members whose keys this batch holds and are not stored, locked FOR
+//     UPDATE SKIP LOCKED in (merchant_id, id) order.
+//  2. In Go, member by member in order: a member whose key another
+//     transaction holds leaves the batch, its account untouched (it then
+//     waits for the key alone, holding nothing: chargewait.go); a stored key
+//     is replayed (or refused as reused) without touching accounts or
+//     charges; a key already seen in this batch answers from its first
+//     member (or leaves with it); a member whose account row another
+//     transaction holds leaves the batch with its account's other members
+//     (they wait for the row together, chargewait.go); every other member is
+//     decided by payment.ChargeAccount against the balance the members before
+//     it left, and its answer rendered.
 //  3. One round trip: expired keys deleted, balances, charges (succeeded and
 //     failed), events and key rows with their responses written by one
 //     statement over arrays, and COMMIT.
+//
+// If a member's own statement fails, the batch is split in halves until that
+// member runs alone (chargeBatch). A member that left waits at most
+// IDEMPOTENCY_WAIT after its batch: 409 for a key still in flight, 503 for a
+// row still locked. A charge waits at most IDEMPOTENCY_WAIT in the queue for
+// a batch (503 past it, never executed); a batch older than IDEMPOTENCY_WAIT
+// plus COMMIT_WAIT is stuck, and /readyz says so (Moving).
 //
 // The clock is the database's: every row and every rendered created_at of a
 // batch is the transaction's now(), except the key rows' created_at, which
 // starts their retention when the responses are stored.
 //
 // Lock order, everywhere in the service: an idempotency key's advisory lock
-// (the only lock anything waits for while holding none), then accounts in
-// (merchant_id, id) order, then charges, then the key's row. A key's advisory
-// lock is held by whichever transaction writes that key's row, so a batch never
-// waits on a key's index entry while it holds accounts.
+// (waited for only by a transaction that holds nothing yet), then accounts in
+// (merchant_id, id) order, then charges, then the key's row. A key's advisory lock is held by whichever
+// transaction writes that key's row, so a batch never waits on a key's index
+// entry while it holds accounts. Only transactions that hold no account
+// wait for an account: a busy group (which holds its members' keys) and a
+// charge alone (its own key), each bounded by IDEMPOTENCY_WAIT.
 
-// chargeAnswer is a batch's answer for one member.
+// chargeAnswer is a batch's answer for one member: its result, or why it
+// left the batch to wait alone, holding nothing its batch-mates need.
 type chargeAnswer struct {
-	res      idempotency.Result
-	err      error
-	inFlight bool // another transaction holds the key: wait for it alone
+	res idempotency.Result
+	err error
+	// inFlight: another transaction holds the member's key; it waits for
+	// that transaction alone (chargeAlone).
+	inFlight bool
+	// busy: another transaction holds the member's account row; it waits
+	// for the row with its account's other busy members (busyGroup).
+	busy bool
+	// group and member, for a busy member: the group it waits in and its
+	// place there (set by formBusyGroups).
+	group  *busyGroup
+	member int
+	// deadline, for a member that left: when it stops waiting, IDEMPOTENCY_WAIT
+	// after its batch ended.
+	deadline time.Time
 }
+
+func (a chargeAnswer) left() bool { return a.inFlight || a.busy }
 
 // CreateCharge executes req at most once per (merchant, key), in a batch with the
 // charges running concurrently in this process. Its result is req's rendered
 // response, or the replay of the one stored under the key; the errors are
-// those of Idempotent.
+// those of Idempotent, and payment.ErrUnavailable when the charge waited the
+// bound for the batcher or for a locked account, or when its client left while
+// its batch ran (the outcome then goes to Options.OnAbandoned, and a retry
+// with the key answers it).
 func (s *ChargePath) CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
 	ans, err := s.charges.Do(ctx, req)
 	switch {
+	case errors.Is(err, groupcommit.ErrAbandoned):
+		return idempotency.Result{}, errOutcomeUnknown
+	case errors.Is(err, groupcommit.ErrQueueTimeout):
+		return idempotency.Result{}, fmt.Errorf("%w: no charge batch was free within IDEMPOTENCY_WAIT; the charge was not executed", payment.ErrUnavailable)
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// Its client left while it was queued: never executed.
+		s.reportAbandoned(req, chargeAnswer{err: fmt.Errorf("%w: its client left while it was queued: %w", errNotExecuted, err)}, nil)
+		return idempotency.Result{}, err
 	case err != nil:
 		return idempotency.Result{}, asUnavailable(err)
-	case ans.inFlight:
-		return s.chargeAlone(ctx, req)
 	}
-	return ans.res, ans.err
+	if ans.group != nil {
+		if ans, err = ans.group.wait(ctx, ans.member); err != nil {
+			return idempotency.Result{}, err
+		}
+	}
+	res, err := ans.res, ans.err
+	if ans.inFlight {
+		res, err = s.chargeAlone(ctx, req, ans.deadline)
+	}
+	if ctx.Err() != nil {
+		// Its client has left, so the answer reaches nobody: say what became
+		// of the charge.
+		s.reportAbandoned(req, chargeAnswer{res: res, err: err}, nil)
+	}
+	return res, err
 }
 
-// chargeAlone runs req as a batch of one that waits (up to KeyWait) for the
-// transaction holding its key, holding nothing itself while it waits.
-func (s *ChargePath) chargeAlone(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
-	answers, err := s.chargeBatch(ctx, []idempotency.ChargeRequest{req}, true)
+// errOutcomeUnknown answers a charge whose client left while its batch was
+// running: it may have committed. Its outcome is reported when known, and a
+// retry with the same key answers it.
+var errOutcomeUnknown = fmt.Errorf("%w: the client left while its charge was being decided; a retry with the same Idempotency-Key answers it",
+	payment.ErrUnavailable)
+
+// newChargeBatcher is the group commit of charges, running run (runBatch).
+// A batch runs on no request's context (one client going away must not abort
+// its neighbours), and waits for no lock another transaction holds
+// (chargeTx); a queued charge waits at most KeyWait for it.
+func (s *ChargePath) newChargeBatcher(run groupcommit.Run[idempotency.ChargeRequest, chargeAnswer]) *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer] {
+	return groupcommit.New(context.Background(), run, groupcommit.Options[idempotency.ChargeRequest, chargeAnswer]{
+		MaxSize:     s.opts.ChargeBatchSize,
+		Concurrency: s.opts.ChargeBatches,
+		MaxWait:     s.opts.KeyWait,
+		Abandoned:   s.reportAbandoned,
+	})
+}
+
+// ChargeStats describes the charge batcher at this moment, for metrics.
+func (s *ChargePath) ChargeStats() groupcommit.Stats { return s.charges.Stats() }
+
+// StuckAfter is the age past which a charge batch is stuck: every wait of a
+// batch ends within KeyWait (IDEMPOTENCY_WAIT), and its commit's wait for the
+// standby within CommitWait (COMMIT_WAIT).
+func (s *ChargePath) StuckAfter() time.Duration { return s.opts.KeyWait + s.opts.CommitWait }
+
+// Moving returns payment.ErrUnavailable while a charge batch has run longer
+// than StuckAfter: charges are not being decided in this process.
+func (s *ChargePath) Moving() error {
+	if age := s.charges.Stats().BatchAge; age > s.StuckAfter() {
+		return fmt.Errorf("%w: the charge path is stuck: a batch has run for %s, past IDEMPOTENCY_WAIT + COMMIT_WAIT (%s)",
+			payment.ErrUnavailable, age.Round(time.Millisecond), s.StuckAfter())
+	}
+	return nil
+}
+
+// runBatch runs one group-committed batch. Its members that left (a key in
+// flight, an account locked elsewhere) get their deadline, and the busy ones
+// their groups, which start waiting at once on goroutines of their own: the
+// batcher goes on with the next batch.
+func (s *ChargePath) runBatch(ctx context.Context, reqs []idempotency.ChargeRequest) ([]chargeAnswer, error) {
+	// Every wait of a batch is bounded (it waits for no lock held
+	// elsewhere, and the commit has CommitWait of its own); this is the
+	// backstop.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.KeyWait)
+	defer cancel()
+	answers, err := s.chargeBatch(ctx, reqs, waits{})
+	if err != nil {
+		return nil, err
+	}
+	s.formBusyGroups(reqs, answers, time.Now().Add(s.opts.KeyWait))
+	return answers, nil
+}
+
+// chargeAlone runs req as a transaction of its own that waits (until
+// deadline) for the transaction holding its key, and then for its account,
+// holding nothing but its own key while it waits.
+func (s *ChargePath) chargeAlone(ctx context.Context, req idempotency.ChargeRequest, deadline time.Time) (idempotency.Result, error) {
+	release, err := s.startWaiting(ctx, deadline)
+	if err != nil {
+		return idempotency.Result{}, err
+	}
+	defer release()
+	answers, err := s.chargeBatch(ctx, []idempotency.ChargeRequest{req}, waits{key: true, accounts: true, deadline: deadline})
 	if err != nil {
 		return idempotency.Result{}, err
 	}
 	return answers[0].res, answers[0].err
 }
 
-// newChargeBatcher is the group commit of charges. A batch runs on no
-// request's context (one client going away must not abort its neighbours), so
-// it gets its own bound: every lock it may wait for is bounded by KeyWait.
-func (s *ChargePath) newChargeBatcher() *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer] {
-	return groupcommit.New(context.Background(), func(ctx context.Context, reqs []idempotency.ChargeRequest) ([]chargeAnswer, error) {
-		ctx, cancel := context.WithTimeout(ctx, 3*s.opts.KeyWait)
-		defer cancel()
-		return s.chargeBatch(ctx, reqs, false)
-	}, groupcommit.Options{MaxSize: s.opts.ChargeBatchSize, Concurrency: s.opts.ChargeBatches})
-}
-
-// chargeBatch runs chargeTx, again after a deadlock, a serialization failure or
-// a key row that appeared under it, up to maxAttempts times.
-func (s *ChargePath) chargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest, wait bool) ([]chargeAnswer, error) {
-	for attempt := 1; ; attempt++ {
-		answers, events, err := s.chargeTx(ctx, reqs, wait)
-		if err == nil {
+// chargeBatch runs reqs in one transaction (chargeTx), again after a
+// deadlock, a serialization failure or a key row that appeared under it, up to
+// maxAttempts times. Any other failure while the database is there belongs to
+// some member (a statement of its own failed): the batch is split in two and
+// each half runs on its own, down to that member, so that it alone gets the
+// error and everyone else the answer they would have had alone.
+func (s *ChargePath) chargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest, mode waits) ([]chargeAnswer, error) {
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		var (
+			answers []chargeAnswer
+			events  int
+		)
+		if answers, events, err = s.chargeTx(ctx, reqs, mode); err == nil {
 			if events > 0 {
 				s.eventsCommitted()
 			}
 			return answers, nil
 		}
-		if (retryable(err) || hasCode(err, codeUniqueViolation)) && attempt < maxAttempts {
-			continue
+		if !retryable(err) && !hasCode(err, codeUniqueViolation) {
+			break
 		}
-		return nil, asUnavailable(err)
 	}
+	err = asUnavailable(err)
+	if len(reqs) == 1 || retryable(err) || errors.Is(err, payment.ErrUnavailable) ||
+		errors.Is(err, idempotency.ErrKeyInUse) || ctx.Err() != nil {
+		return nil, err // the batch's fate, not one member's
+	}
+	half := len(reqs) / 2
+	answers := make([]chargeAnswer, 0, len(reqs))
+	for _, part := range [][]idempotency.ChargeRequest{reqs[:half], reqs[half:]} {
+		got, err := s.chargeBatch(ctx, part, mode)
+		if err != nil {
+			got = make([]chargeAnswer, len(part))
+			for i := range got {
+				got[i].err = err
+			}
+		}
+		answers = append(answers, got...)
+	}
+	return answers, nil
 }
 
 const (
@@ -119,13 +246,15 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 
        set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 	// tryLockKeysSQL takes each key's advisory lock if no other transaction
-	// holds it. Keys are hashed with their merchant (a uuid's text has a fixed
-	// length, so the concatenation is unambiguous); two keys sharing a hash
-	// only make one of them wait for the other.
+	// holds it, and keeps which it got (in member order) in the transaction's
+	// payments.keys_locked, where lockAccountsSQL reads them in the same
+	// round trip. Keys are hashed with their merchant (a uuid's text has a
+	// fixed length, so the concatenation is unambiguous); two keys sharing a
+	// hash only make one of them wait for the other.
 	tryLockKeysSQL = `
-SELECT pg_try_advisory_xact_lock(hashtextextended(m::text || k, 0))
-FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS u(m, k, i)
-ORDER BY i`
+SELECT set_config('payments.keys_locked',
+    array_agg(pg_try_advisory_xact_lock(hashtextextended(m::text || k, 0)) ORDER BY i)::text, true)
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS u(m, k, i)`
 
 	// lockKeySQL waits for one key's advisory lock (up to lock_timeout).
 	lockKeySQL = `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`
@@ -139,18 +268,37 @@ FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS u(m, k, i)
 LEFT JOIN idempotency_keys ik ON ik.merchant_id = u.m AND ik.key = u.k
 ORDER BY u.i`
 
-	// lockAccountsSQL locks the accounts of the members whose keys are not
-	// stored (or have expired), in a fixed order.
+	// lockAccountsSQL locks the accounts of the members whose keys this
+	// transaction holds and are not stored (or have expired), in a fixed
+	// order, skipping the rows another transaction has locked. It returns one
+	// row per such account that exists: with its currency and balance when
+	// locked here, with NULLs when locked elsewhere (busy). A member whose
+	// key is held elsewhere gets no account lock at all: it leaves the batch.
 	lockAccountsSQL = `
-SELECT a.merchant_id, a.id, a.currency, a.balance
-FROM accounts a
-WHERE (a.merchant_id, a.id) IN (
-    SELECT u.m, u.a FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(m, k, a)
-    WHERE NOT EXISTS (
+WITH wanted AS MATERIALIZED (
+    SELECT DISTINCT u.m, u.a
+    FROM unnest($1::uuid[], $2::text[], $3::uuid[], current_setting('payments.keys_locked')::bool[]) AS u(m, k, a, locked)
+    WHERE u.locked AND NOT EXISTS (
         SELECT FROM idempotency_keys ik
-        WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at >= now() - $4::interval))
-ORDER BY a.merchant_id, a.id
-FOR UPDATE OF a`
+        WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at >= now() - $4::interval)
+), locked AS MATERIALIZED (
+    SELECT a.merchant_id, a.id, a.currency, a.balance
+    FROM accounts a
+    WHERE (a.merchant_id, a.id) IN (SELECT m, a FROM wanted)
+    ORDER BY a.merchant_id, a.id
+    FOR UPDATE OF a SKIP LOCKED
+)
+SELECT w.m, w.a, l.currency, l.balance
+FROM wanted w LEFT JOIN locked l ON l.merchant_id = w.m AND l.id = w.a
+WHERE l.id IS NOT NULL OR EXISTS (SELECT FROM accounts x WHERE x.merchant_id = w.m AND x.id = w.a)`
+
+	// lockTimeoutSQL bounds the lock waits of a transaction that may wait
+	// (chargeAlone, a busy group): lock_timeout becomes what is left of $1
+	// milliseconds counted from the transaction's start, so a key's wait and
+	// then its account's share one bound.
+	lockTimeoutSQL = `
+SELECT set_config('lock_timeout',
+    greatest(1, ceil(1000 * extract(epoch FROM now() + $1::bigint * interval '1 millisecond' - clock_timestamp())))::bigint::text, true)`
 
 	deleteExpiredKeysOfSQL = `
 DELETE FROM idempotency_keys ik
@@ -187,10 +335,17 @@ WITH debit AS (
 SELECT at FROM stored`
 )
 
-// chargeTx runs one batch in one transaction (see the top of this file). With
-// wait, the keys' locks are waited for, as chargeAlone needs. It reports how
-// many events it wrote.
-func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequest, wait bool) (answers []chargeAnswer, events int, err error) {
+// waits is what a chargeTx may wait for, until deadline: nothing (a batch),
+// its members' account rows (a busy group), or also its one member's key
+// (chargeAlone).
+type waits struct {
+	key, accounts bool
+	deadline      time.Time
+}
+
+// chargeTx runs one batch in one transaction (see the top of this file). It
+// reports how many events it wrote.
+func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequest, mode waits) (answers []chargeAnswer, events int, err error) {
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -212,15 +367,24 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(planSQL)
-	if wait {
-		b.Queue(lockKeySQL, merchants[0], keys[0])
-	} else {
-		b.Queue(s.chargeSQL.tryLockKeys, merchants, keys)
+	waiting := mode.key || mode.accounts
+	left := time.Until(mode.deadline).Milliseconds()
+	if waiting {
+		b.Queue(lockTimeoutSQL, left)
 	}
+	if mode.key {
+		b.Queue(lockKeySQL, merchants[0], keys[0])
+	}
+	b.Queue(s.chargeSQL.tryLockKeys, merchants, keys)
 	b.Queue(s.chargeSQL.lookupKeys, merchants, keys, s.opts.KeyTTL)
-	b.Queue(s.chargeSQL.lockAccounts, merchants, keys, accountIDs, s.opts.KeyTTL)
+	lockAccounts := s.chargeSQL.lockAccounts
+	if mode.accounts {
+		b.Queue(lockTimeoutSQL, left)
+		lockAccounts = strings.Replace(lockAccounts, " SKIP LOCKED", "", 1)
+	}
+	b.Queue(lockAccounts, merchants, keys, accountIDs, s.opts.KeyTTL)
 	br := conn.SendBatch(ctx, b)
-	locked, stored, now, accounts, err := readLocks(br, n, wait)
+	locks, err := readLocks(br, n, mode)
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
@@ -238,22 +402,30 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 	first := make(map[idempotency.Request]int, n) // by (merchant, key): the member that executed it
 	for i, r := range reqs {
 		id := idempotency.Request{MerchantID: r.Key.MerchantID, Key: r.Key.Key}
-		switch j, seen := first[id]; {
-		case !locked[i]:
+		j, seen := first[id]
+		switch {
+		case !locks.keys[i]:
 			answers[i].inFlight = true
-		case stored[i].found && !stored[i].expired:
+		case locks.stored[i].found && !locks.stored[i].expired:
 			replayed = true
-			answers[i].res, answers[i].err = replayStored(r.Key, stored[i])
+			answers[i].res, answers[i].err = replayStored(r.Key, locks.stored[i])
+		case seen && answers[j].left():
+			// Its key's first member left the batch: it waits for that
+			// one's outcome, as it would have alone.
+			answers[i].inFlight = true
 		case seen: // j's answer is final: it was decided above
 			answers[i] = sameKey(r.Key, reqs[j].Key, answers[j])
 			decided[i] = true
+		case locks.busy[accountKey{r.Key.MerchantID, r.Charge.AccountID}]:
+			first[id] = i
+			answers[i].busy = true
 		default:
 			first[id] = i
 			decided[i] = true
-			if stored[i].found {
+			if locks.stored[i].found {
 				w.deleteExpired(r.Key)
 			}
-			answers[i].res, answers[i].err = w.decide(r, accounts, now)
+			answers[i].res, answers[i].err = w.decide(r, locks.accounts, locks.now)
 		}
 	}
 
@@ -335,36 +507,45 @@ type keyRow struct {
 
 type accountKey struct{ merchant, id uuid.UUID }
 
+// lockResult is what round trip 1 found.
+type lockResult struct {
+	keys     []bool   // by member: this transaction holds its key's lock
+	stored   []keyRow // by member: the row stored under its key
+	now      time.Time
+	accounts map[accountKey]*payment.Account // locked here
+	busy     map[accountKey]bool             // locked by another transaction
+}
+
 // readLocks reads the answers of round trip 1.
-func readLocks(br pgx.BatchResults, n int, wait bool) (locked []bool, stored []keyRow, now time.Time, accounts map[accountKey]*payment.Account, err error) {
+func readLocks(br pgx.BatchResults, n int, mode waits) (lockResult, error) {
+	var r lockResult
 	for range 2 { // BEGIN, planSQL
-		if _, err = br.Exec(); err != nil {
-			return nil, nil, now, nil, fmt.Errorf("begin: %w", err)
+		if _, err := br.Exec(); err != nil {
+			return r, fmt.Errorf("begin: %w", err)
 		}
 	}
-	locked = make([]bool, n)
-	if wait {
-		if _, err = br.Exec(); err != nil {
+	if mode.key || mode.accounts {
+		if _, err := br.Exec(); err != nil {
+			return r, fmt.Errorf("bound lock waits: %w", err)
+		}
+	}
+	if mode.key {
+		if _, err := br.Exec(); err != nil {
 			if hasCode(err, codeLockNotAvailable) {
 				err = idempotency.ErrKeyInUse // the twin is still in flight after the whole bound
 			}
-			return nil, nil, now, nil, err
-		}
-		locked[0] = true
-	} else {
-		rows, _ := br.Query()
-		for i := 0; rows.Next(); i++ {
-			if err = rows.Scan(&locked[i]); err != nil {
-				break
-			}
-		}
-		rows.Close()
-		if err = rows.Err(); err != nil {
-			return nil, nil, now, nil, fmt.Errorf("lock keys: %w", err)
+			return r, err
 		}
 	}
+	var locked string
+	if err := br.QueryRow().Scan(&locked); err != nil {
+		return r, fmt.Errorf("lock keys: %w", err)
+	}
+	if r.keys = parseBools(locked); len(r.keys) != n {
+		return r, fmt.Errorf("lock keys: %d answers for %d keys", len(r.keys), n)
+	}
 
-	stored = make([]keyRow, n)
+	r.stored = make([]keyRow, n)
 	rows, _ := br.Query()
 	for rows.Next() {
 		var (
@@ -373,33 +554,62 @@ func readLocks(br pgx.BatchResults, n int, wait bool) (locked []bool, stored []k
 			createdAt *time.Time
 			expired   *bool
 		)
-		if err = rows.Scan(&i, &now, &k.fingerprint, &k.status, &k.resp.Location, &k.resp.Body, &k.encoding, &createdAt, &expired); err != nil {
-			break
+		if err := rows.Scan(&i, &r.now, &k.fingerprint, &k.status, &k.resp.Location, &k.resp.Body, &k.encoding, &createdAt, &expired); err != nil {
+			rows.Close()
+			return r, fmt.Errorf("look up keys: %w", err)
 		}
 		if createdAt != nil {
 			k.found, k.storedAt, k.expired = true, *createdAt, *expired
 		}
-		stored[i-1] = k
+		r.stored[i-1] = k
 	}
 	rows.Close()
-	if err = rows.Err(); err != nil {
-		return nil, nil, now, nil, fmt.Errorf("look up keys: %w", err)
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("look up keys: %w", err)
 	}
 
-	accounts = make(map[accountKey]*payment.Account)
+	if mode.accounts {
+		if _, err := br.Exec(); err != nil {
+			return r, fmt.Errorf("bound lock waits: %w", err)
+		}
+	}
+	r.accounts, r.busy = make(map[accountKey]*payment.Account), make(map[accountKey]bool)
 	rows, _ = br.Query()
 	for rows.Next() {
-		a := &payment.Account{}
-		if err = rows.Scan(&a.MerchantID, &a.ID, &a.Currency, &a.Balance); err != nil {
-			break
+		var (
+			ak       accountKey
+			currency *string
+			balance  *int64
+		)
+		if err := rows.Scan(&ak.merchant, &ak.id, &currency, &balance); err != nil {
+			rows.Close()
+			return r, fmt.Errorf("lock accounts: %w", err)
 		}
-		accounts[accountKey{a.MerchantID, a.ID}] = a
+		if currency == nil {
+			r.busy[ak] = true
+			continue
+		}
+		r.accounts[ak] = &payment.Account{MerchantID: ak.merchant, ID: ak.id, Currency: *currency, Balance: *balance}
 	}
 	rows.Close()
-	if err = rows.Err(); err != nil {
-		return nil, nil, now, nil, fmt.Errorf("lock accounts: %w", err)
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("lock accounts: %w", err)
 	}
-	return locked, stored, now, accounts, nil
+	return r, nil
+}
+
+// parseBools reads a PostgreSQL boolean array's text, such as {t,f,t}.
+func parseBools(s string) []bool {
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "{"), "}")
+	if s == "" {
+		return nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]bool, len(parts))
+	for i, p := range parts {
+		out[i] = p == "t"
+	}
+	return out
 }
 
 // replayStored answers req from the response stored under its key.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -66,6 +67,9 @@ func (m *model) charge(r idempotency.ChargeRequest) answer {
 		a = &payment.Account{ID: r.Charge.AccountID, Currency: cur, Balance: m.balances[r.Charge.AccountID]}
 	}
 	c, err := payment.ChargeAccount(a, payment.NewID(), r.Charge, time.Time{})
+	if err == nil && c.Amount == refusedAmount {
+		return answer{err: errMemberFailed} // its insert fails: nothing is written
+	}
 	resp, _ := render(c, nil, err)
 	if err == nil {
 		m.charges[c.Status]++
@@ -75,18 +79,47 @@ func (m *model) charge(r idempotency.ChargeRequest) answer {
 	return answer{status: resp.Status}
 }
 
+// refusedAmount is the amount whose charges a trigger refuses, as a member
+// whose own statement fails; errMemberFailed is what such a member gets.
+const refusedAmount = 199
+
+var errMemberFailed = errors.New("the member's own statement failed")
+
+// observed is what a member got, with any error but the key's own reduced
+// to errMemberFailed.
+func observed(res idempotency.Result, err error) answer {
+	if err != nil && !errors.Is(err, idempotency.ErrKeyReused) && !errors.Is(err, idempotency.ErrKeyInUse) {
+		err = errMemberFailed
+	}
+	return answer{status: res.Status, replayed: res.Replayed, err: err}
+}
+
 // TestBatchEqualsOneAtATime: random batches mixing every outcome (covered,
 // not covered, unknown account, wrong currency, replay, reused key, the same
-// key twice in the batch, many charges on one account) give each member
-// exactly the answer, and leave exactly the balances, that executing them one
-// at a time in the batch's order gives.
+// key twice in the batch, many charges on one account, a member whose insert
+// fails), now and then with one account's row locked by another transaction
+// and one member's key held by a twin in flight, give each member exactly the
+// answer, and leave exactly the balances, that executing them one at a time
+// gives: the members that stay in the batch in its order, then those that
+// left it (for the held key or account), in order, alone once the holder is
+// gone. The batch itself waits for nothing the holder holds.
 func TestBatchEqualsOneAtATime(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, pgtest.NewDatabase(t))
+	url := pgtest.NewDatabase(t)
+	s := open(t, url)
 	merchant, _, err := s.CreateMerchant(ctx, "batch")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.Pool().Exec(ctx, `
+CREATE FUNCTION refuse_charge() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'planted failure of one member' USING ERRCODE = '22000'; END $$;
+CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = `+strconv.Itoa(refusedAmount)+`)
+    EXECUTE FUNCTION refuse_charge();`); err != nil {
+		t.Fatal(err)
+	}
+	holderConn := connect(t, url)
+	var busy, inFlight, memberFailed int // what the rounds exercised
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 40 {
 		// Four accounts: three in USD, one in EUR, with small balances so
@@ -94,7 +127,7 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 		m := &model{balances: map[uuid.UUID]int64{}, currency: map[uuid.UUID]string{}, keys: map[string]modelKey{},
 			charges: map[payment.ChargeStatus]int{}}
 		var accounts []uuid.UUID
-		for i, cur := range []string{"USD", "USD", "USD", "EUR"} {
+		for _, cur := range []string{"USD", "USD", "USD", "EUR"} {
 			id := payment.NewID()
 			balance := int64(rng.IntN(500))
 			if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, $3, $4)`,
@@ -103,7 +136,6 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 			}
 			m.balances[id], m.currency[id] = balance, cur
 			accounts = append(accounts, id)
-			_ = i
 		}
 		var used []idempotency.ChargeRequest
 		newRequest := func() idempotency.ChargeRequest {
@@ -117,9 +149,13 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 			if rng.IntN(5) == 0 {
 				cur = "EUR"
 			}
+			amount := 1 + int64(rng.IntN(200))
+			if rng.IntN(12) == 0 {
+				amount = refusedAmount
+			}
 			return idempotency.ChargeRequest{
 				Key:    idempotency.Request{MerchantID: merchant, Key: fmt.Sprintf("r%d-%s", round, uuid.NewString()), Fingerprint: fp},
-				Charge: payment.NewCharge{AccountID: acct, Amount: 1 + int64(rng.IntN(200)), Currency: cur},
+				Charge: payment.NewCharge{AccountID: acct, Amount: amount, Currency: cur},
 				Render: render,
 			}
 		}
@@ -138,28 +174,74 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 				}
 				used = append(used, batch[i])
 			}
-			want := make([]answer, n)
-			for i, r := range batch {
-				want[i] = m.charge(r)
-			}
-			got, err := s.RunChargeBatch(ctx, batch)
+			where := fmt.Sprintf("round %d batch %d", round, batchNo)
+
+			// What another transaction holds during the batch.
+			holder, err := holderConn.Begin(ctx)
 			if err != nil {
-				t.Fatalf("round %d batch %d: %v", round, batchNo, err)
+				t.Fatal(err)
 			}
-			for i, g := range got {
-				a := answer{status: g.Result.Status, replayed: g.Result.Replayed, err: g.Err}
-				if g.InFlight || a != want[i] {
-					t.Fatalf("round %d batch %d member %d (%+v): got %+v (in flight %v), want %+v",
-						round, batchNo, i, batch[i].Charge, a, g.InFlight, want[i])
+			var lockedAccount uuid.UUID
+			if rng.IntN(3) == 0 {
+				lockedAccount = accounts[rng.IntN(len(accounts))]
+				if _, err := holder.Exec(ctx, `SELECT FROM accounts WHERE id = $1 FOR UPDATE`, lockedAccount); err != nil {
+					t.Fatal(err)
 				}
-				if a.status == http.StatusCreated && !a.replayed {
-					var c struct {
-						Amount int64  `json:"amount"`
-						Status string `json:"status"`
+			}
+			var heldKey string
+			if rng.IntN(3) == 0 {
+				heldKey = batch[rng.IntN(n)].Key.Key
+				if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`, merchant, heldKey); err != nil {
+					t.Fatal(err)
+				}
+			}
+			began := time.Now()
+			got, err := s.RunChargeBatch(ctx, batch)
+			if took := time.Since(began); took > 2*time.Second {
+				t.Errorf("%s took %v: it waited for what another transaction holds", where, took)
+			}
+			if rbErr := holder.Rollback(ctx); rbErr != nil {
+				t.Fatal(rbErr)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+
+			// The members that stayed, in order; then those that left, alone.
+			var left []int
+			leftKeys := map[string]bool{}
+			for i, g := range got {
+				r := batch[i]
+				switch {
+				case g.Busy && r.Charge.AccountID != lockedAccount:
+					t.Fatalf("%s member %d left as busy, but its account is not the one held", where, i)
+				case g.InFlight && r.Key.Key != heldKey && !leftKeys[r.Key.Key]:
+					t.Fatalf("%s member %d left as in flight, but its key is not held", where, i)
+				case g.Busy || g.InFlight:
+					if g.Busy {
+						busy++
+					} else {
+						inFlight++
 					}
-					if err := json.Unmarshal(g.Result.Body, &c); err != nil || c.Amount != batch[i].Charge.Amount || c.Status != "succeeded" {
-						t.Fatalf("member %d: body %s", i, g.Result.Body)
-					}
+					left = append(left, i)
+					leftKeys[r.Key.Key] = true
+					continue
+				}
+				a, want := observed(g.Result, g.Err), m.charge(r)
+				if a != want {
+					t.Fatalf("%s member %d (%+v): got %+v, want %+v", where, i, r.Charge, a, want)
+				}
+				if errors.Is(a.err, errMemberFailed) {
+					memberFailed++
+				}
+				if g.Result.Status == http.StatusCreated && !g.Result.Replayed {
+					checkChargeBody(t, g.Result.Body, r.Charge.Amount)
+				}
+			}
+			for _, i := range left {
+				res, err := s.RunChargeAlone(ctx, batch[i])
+				if a, want := observed(res, err), m.charge(batch[i]); a != want {
+					t.Fatalf("%s member %d, alone after the batch (%+v): got %+v, want %+v", where, i, batch[i].Charge, a, want)
 				}
 			}
 			for _, id := range accounts {
@@ -168,7 +250,7 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 					t.Fatal(err)
 				}
 				if balance != m.balances[id] {
-					t.Fatalf("round %d batch %d: account balance %d, want %d", round, batchNo, balance, m.balances[id])
+					t.Fatalf("%s: account balance %d, want %d", where, balance, m.balances[id])
 				}
 			}
 		}
@@ -188,6 +270,24 @@ SELECT (SELECT count(*) FROM charges WHERE account_id = ANY($1) AND status = 'su
 				succeeded, failed, events, keys, m.charges[payment.ChargeSucceeded], m.charges[payment.ChargeFailed],
 				m.charges[payment.ChargeSucceeded]+m.charges[payment.ChargeFailed], len(m.keys))
 		}
+	}
+	t.Logf("members that left their batch: %d for a busy account, %d for a key in flight; members whose own insert failed in the batch: %d",
+		busy, inFlight, memberFailed)
+	if busy == 0 || inFlight == 0 || memberFailed == 0 {
+		t.Error("the rounds did not exercise every way a member can leave or fail")
+	}
+}
+
+// checkChargeBody checks that a fresh 201's body is a succeeded charge of
+// amount.
+func checkChargeBody(t *testing.T, body []byte, amount int64) {
+	t.Helper()
+	var c struct {
+		Amount int64  `json:"amount"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil || c.Amount != amount || c.Status != "succeeded" {
+		t.Fatalf("a fresh 201's body: %s", body)
 	}
 }
 

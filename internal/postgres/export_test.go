@@ -4,26 +4,48 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"payments/internal/idempotency"
 )
 
-// BatchAnswer is one member's answer to RunChargeBatch.
+// BatchAnswer is one member's answer to RunChargeBatch: its result, or that
+// it left the batch because its key was in flight or its account busy.
 type BatchAnswer struct {
-	Result   idempotency.Result
-	Err      error
-	InFlight bool
+	Result         idempotency.Result
+	Err            error
+	InFlight, Busy bool
 }
 
 // RunChargeBatch runs reqs as exactly one batch, as the group commit would
-// after gathering them.
+// after gathering them (split in halves if a member's statement fails). The
+// members that leave it are only reported, not run: see RunChargeAlone.
 func (s *Store) RunChargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest) ([]BatchAnswer, error) {
-	answers, err := s.chargeBatch(ctx, reqs, false)
+	answers, err := s.chargeBatch(ctx, reqs, waits{})
 	out := make([]BatchAnswer, len(answers))
 	for i, a := range answers {
-		out[i] = BatchAnswer{a.res, a.err, a.inFlight}
+		out[i] = BatchAnswer{a.res, a.err, a.inFlight, a.busy}
 	}
 	return out, err
+}
+
+// RunChargeAlone runs req as a member that left its batch does: alone,
+// waiting up to KeyWait for its key and its account.
+func (s *Store) RunChargeAlone(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
+	return s.chargeAlone(ctx, req, time.Now().Add(s.opts.KeyWait))
+}
+
+// StallChargeBatches makes every charge batch wait for release before it
+// runs, as a batcher that stopped making progress would.
+func (s *Store) StallChargeBatches() (release func()) {
+	stall := make(chan struct{})
+	s.charges = s.newChargeBatcher(func(ctx context.Context, reqs []idempotency.ChargeRequest) ([]chargeAnswer, error) {
+		<-stall
+		return s.runBatch(ctx, reqs)
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(stall) }) }
 }
 
 // WithoutKeys makes s run charge batches with the idempotency key taken out:
@@ -46,7 +68,7 @@ func (s *Store) WithoutKeys() error {
 		`LEFT JOIN idempotency_keys ik ON false`); err != nil {
 		return err
 	}
-	if st.lockAccounts, err = replace(lockAccountsSQL, `WHERE NOT EXISTS (`, `WHERE $4::interval IS NOT NULL OR NOT EXISTS (`); err != nil {
+	if st.lockAccounts, err = replace(lockAccountsSQL, `WHERE u.locked AND NOT EXISTS (`, `WHERE $4::interval IS NOT NULL OR NOT EXISTS (`); err != nil {
 		return err
 	}
 	if st.write, err = replace(writeChargesSQL, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)

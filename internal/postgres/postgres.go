@@ -48,6 +48,10 @@ type Options struct {
 	KeyTTL time.Duration
 	// OnExpired, if set, is called when a request finds its key expired.
 	OnExpired func()
+	// OnAbandoned, if set, is told what became of each charge whose client
+	// left while it was queued or being decided (chargewait.go). It may run
+	// on any goroutine, after the client was answered.
+	OnAbandoned func(AbandonedCharge)
 	// ChargeBatchSize is the most charges committed together (default 64);
 	// ChargeBatches how many such batches may be in flight at once (default
 	// 1). See internal/groupcommit.
@@ -110,6 +114,10 @@ type ChargePath struct {
 	*db
 	charges   *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer]
 	chargeSQL chargeStatements
+	// waiters holds a token for each charge waiting outside a batch for a
+	// key in flight or a locked account (chargewait.go): at most half the
+	// pool.
+	waiters chan struct{}
 }
 
 // Reader reads a merchant's objects.
@@ -162,12 +170,12 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	s := &Store{
 		db:         d,
 		Keys:       &Keys{d},
-		ChargePath: &ChargePath{db: d, chargeSQL: defaultChargeStatements},
+		ChargePath: &ChargePath{db: d, chargeSQL: defaultChargeStatements, waiters: make(chan struct{}, max(1, opts.MaxConns/2))},
 		Reader:     &Reader{d},
 		Outbox:     &Outbox{d},
 		Merchants:  &Merchants{db: d, unknownSlots: make(chan struct{}, UnknownKeyLookups)},
 	}
-	s.charges = s.newChargeBatcher()
+	s.charges = s.newChargeBatcher(s.runBatch)
 	return s, nil
 }
 
@@ -231,6 +239,16 @@ func (s *db) Ping(ctx context.Context) error {
 		return fmt.Errorf("%w: the database is a standby, not a primary", payment.ErrUnavailable)
 	}
 	return nil
+}
+
+// Ready reports whether this process can serve: its charge path makes
+// progress (ChargePath.Moving) and the database answers as a primary (Ping).
+// It returns payment.ErrUnavailable, saying why, when not.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := s.Moving(); err != nil {
+		return err
+	}
+	return s.Ping(ctx)
 }
 
 // inTx runs fn in a transaction on a pooled connection (see acquire). fn's
