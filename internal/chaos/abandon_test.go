@@ -70,14 +70,15 @@ func TestAbandoningClients(t *testing.T) {
 		record(drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
 			amount: 50_000_000, body: []byte(`{"amount":50000000}`)}))
 	}
-	charge := func(ctx context.Context) op {
+	charge := func(ctx context.Context, c *client) op {
 		acct := accounts[rand.IntN(len(accounts))]
 		amount := 1 + rand.Int64N(500)
 		return drive(ctx, c, op{kind: "charge", path: "/v1/charges", account: acct, amount: amount, body: chargeBody(acct, amount)})
 	}
-	// rate runs the normal clients alone for d and returns their charges/s,
-	// from the same start each time: the outbox drained, a checkpoint taken.
-	rate := func(d time.Duration) float64 {
+	// rate runs the normal clients alone through c for d and returns their
+	// charges/s, from the same start each time: the outbox drained, a
+	// checkpoint taken.
+	rate := func(c *client, d time.Duration) float64 {
 		waitDrained(t, ctx, db)
 		_, err := db.Exec(ctx, `CHECKPOINT`)
 		must(t, err, "checkpoint")
@@ -87,7 +88,7 @@ func TestAbandoningClients(t *testing.T) {
 		for range workers {
 			wg.Go(func() {
 				for time.Now().Before(until) && ctx.Err() == nil {
-					if o := charge(ctx); o.answer.status != 0 {
+					if o := charge(ctx, c); o.answer.status != 0 {
 						record(o)
 						n.Add(1)
 					}
@@ -97,7 +98,7 @@ func TestAbandoningClients(t *testing.T) {
 		wg.Wait()
 		return float64(n.Load()) / d.Seconds()
 	}
-	before := rate(measure)
+	before := rate(c, measure)
 
 	// The scenario: normal clients, leaving clients, an outside locker.
 	chaosCtx, stopChaos := context.WithTimeout(ctx, duration)
@@ -111,7 +112,7 @@ func TestAbandoningClients(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for chaosCtx.Err() == nil {
-				if o := charge(ctx); o.answer.status != 0 {
+				if o := charge(ctx, c); o.answer.status != 0 {
 					record(o)
 				}
 			}
@@ -166,19 +167,28 @@ func TestAbandoningClients(t *testing.T) {
 	})
 	wg.Wait()
 
-	// Afterwards, the normal clients alone again. A charge path that stopped
-	// stays stopped; a slow moment of a shared machine does not, so up to
-	// three measurements are taken.
-	var after []float64
-	for len(after) < 3 {
-		after = append(after, rate(measure))
-		if after[len(after)-1] >= 0.9*before {
-			break
-		}
+	// Afterwards, the normal clients alone again. On a machine whose other
+	// load changes meanwhile, before and after are not alike; then the
+	// process is measured against a fresh one beside it on the same database,
+	// alternately (scenario's, fresh, fresh, scenario's), which the machine's
+	// load slows alike.
+	after := rate(c, measure)
+	verdict := after / before
+	var paired string
+	if verdict < 0.9 {
+		fresh := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: []string{"IDEMPOTENCY_WAIT=1s"}})
+		fc := newClient(t, m.APIKey, "abandon-key-", func(int) string { return fresh.url() })
+		var mine, theirs float64
+		mine += rate(c, measure)
+		theirs += rate(fc, measure)
+		theirs += rate(fc, measure)
+		mine += rate(c, measure)
+		fresh.stop()
+		verdict = mine / theirs
+		paired = fmt.Sprintf("; after ÷ before %.0f %%, so paired with a fresh process: %.0f vs %.0f charges/s", 100*after/before, mine/2, theirs/2)
 	}
-	best := after[len(after)-1]
-	if best < 0.9*before {
-		t.Errorf("throughput after the scenario %.0f charges/s (measured %.0f), before %.0f: below 90 %%", best, after, before)
+	if verdict < 0.9 {
+		t.Errorf("throughput after the scenario %.0f %% of before (%.0f vs %.0f charges/s%s): below 90 %%", 100*verdict, after, before, paired)
 	}
 
 	// Every abandoned charge, retried with its key and body, gets a definite
@@ -211,33 +221,21 @@ func TestAbandoningClients(t *testing.T) {
 		t.Errorf("no charge was reported abandoned (%v): the scenario did not abandon any while queued or in a batch", leftCounts)
 	}
 
-	waitDrained(t, ctx, db)
-	svc.stop()
-	lostEvents, _ := compareStream(t, ctx, db, natsURL)
-	audit := auditDatabase(t, ctx, db, m.ID)
-	audit.report(t)
-	broken, moneyGap := checkClientView(t, ctx, db, m.ID, ops)
-	if leaked := logsMention(svc.logs.String(), "abandon-key-", m.APIKey); len(leaked) > 0 {
-		t.Errorf("the service logged %q", leaked)
-		broken++
-	}
+	end := settle(t, ctx, db, svc, natsURL, m, c, ops)
 	st := c.stats
-	if st.internal.Load()+st.badProblems.Load() > 0 {
-		t.Errorf("%d answers were 500, %d 503/409 problems lacked their type or Retry-After", st.internal.Load(), st.badProblems.Load())
-	}
-	t.Logf("throughput before %.0f charges/s, after %.0f (%d measurement(s)); %d abandoned (%d before the body, %d, %d, %d given up after 0-40 ms), "+
+	t.Logf("throughput before %.0f charges/s, after %.0f (%.0f %%%s); %d abandoned (%d before the body, %d, %d, %d given up after 0-40 ms), "+
 		"reported by the service %v; %d account locks; %d operations, %d 503, %d 409 in-use",
-		before, best, len(after), len(abandoned), ways[0].Load(), ways[1].Load(), ways[2].Load(), ways[3].Load(),
+		before, after, 100*verdict, paired, len(abandoned), ways[0].Load(), ways[1].Load(), ways[2].Load(), ways[3].Load(),
 		leftCounts, locks.Load(), len(ops), st.unavailable.Load(), st.inUse.Load())
 
 	summary{
 		scenario: "abandoning clients (gone before the body, while queued, in a batch, at COMMIT) and locked accounts",
 		requests: st.requests.Load(),
-		faults: fmt.Sprintf("%d abandoned charges, %d accounts locked 0.2–1.5 s; throughput after %.0f %% of before",
-			len(abandoned), locks.Load(), 100*best/before),
-		duplicates: audit.duplicateCharges,
-		lost:       int(moneyGap) + lostEvents + audit.missingEvents,
-		violations: audit.violations() + broken + int(st.internal.Load()+st.badProblems.Load()),
+		faults: fmt.Sprintf("%d abandoned charges, %d accounts locked 0.2–1.5 s; throughput after: %.0f %% %s",
+			len(abandoned), locks.Load(), 100*verdict, map[bool]string{true: "of before", false: "of a fresh process's (paired)"}[paired == ""]),
+		duplicates: end.audit.duplicateCharges,
+		lost:       end.lost(),
+		violations: end.violations(),
 		command:    reproduce("TestAbandoningClients"),
 	}.log(t, time.Since(began))
 }

@@ -294,6 +294,45 @@ func checkClientView(t *testing.T, ctx context.Context, db *pgxpool.Pool, mercha
 	return broken, moneyGap
 }
 
+// settled is what a scenario found once everything settled (settle).
+type settled struct {
+	audit                   audit
+	lostEvents, republished int   // events missing from the stream; events in it twice
+	broken                  int   // answers the database contradicts, secrets in the logs
+	moneyGap                int64 // money the clients' answers and the database disagree on
+	badAnswers              int   // 500s, and 503/409 problems without their type or Retry-After
+}
+
+// lost is the money and the events the scenario lost.
+func (s settled) lost() int { return int(s.moneyGap) + s.lostEvents + s.audit.missingEvents }
+
+// violations counts every other broken invariant settle found.
+func (s settled) violations() int { return s.audit.violations() + s.broken + s.badAnswers }
+
+// settle ends a scenario with a relay inside svc: it waits until every event
+// is published, stops svc, and holds the stream, the database, the clients'
+// answers (ops) and the service's logs against each other, failing t for
+// every problem.
+func settle(t *testing.T, ctx context.Context, db *pgxpool.Pool, svc *service, natsURL string, m merchant, c *client, ops []op) settled {
+	t.Helper()
+	waitDrained(t, ctx, db)
+	svc.stop()
+	var s settled
+	s.lostEvents, s.republished = compareStream(t, ctx, db, natsURL)
+	s.audit = auditDatabase(t, ctx, db, m.ID)
+	s.audit.report(t)
+	s.broken, s.moneyGap = checkClientView(t, ctx, db, m.ID, ops)
+	if leaked := logsMention(svc.logs.String(), c.keyPrefix, m.APIKey); len(leaked) > 0 {
+		t.Errorf("the service logged %q", leaked)
+		s.broken++
+	}
+	st := c.stats
+	if s.badAnswers = int(st.internal.Load() + st.badProblems.Load()); s.badAnswers > 0 {
+		t.Errorf("%d answers were 500, %d 503/409 problems lacked their type or Retry-After", st.internal.Load(), st.badProblems.Load())
+	}
+	return s
+}
+
 func abs(n int64) int64 {
 	if n < 0 {
 		return -n

@@ -162,35 +162,21 @@ func TestCrash(t *testing.T) {
 	db, err := pgxpool.New(ctx, dbURL)
 	must(t, err, "connect")
 	t.Cleanup(db.Close)
-	waitDrained(t, ctx, db)
-	svc.stop()
-	lostEvents, republished := compareStream(t, ctx, db, natsURL)
-
-	a := auditDatabase(t, ctx, db, m.ID)
-	a.report(t)
-	broken, moneyGap := checkClientView(t, ctx, db, m.ID, ops)
-	if leaked := logsMention(svc.logs.String(), "crash-key-", m.APIKey); len(leaked) > 0 {
-		t.Errorf("the service logged %q", leaked)
-		broken++
-	}
+	end := settle(t, ctx, db, svc, natsURL, m, c, ops)
 	st := c.stats
-	if st.internal.Load()+st.badProblems.Load() > 0 {
-		t.Errorf("%d answers were 500, %d 503/409 problems lacked their type or Retry-After", st.internal.Load(), st.badProblems.Load())
-	}
 	t.Logf("%d operations (%d charges, %d failed for funds), %d requests before the replay pass: %d network errors, "+
 		"%d 503, %d 409 in-use, %d replays (answers lost to a kill after the commit); %d kills, %d starts; "+
 		"%d events in the stream twice",
-		len(ops), a.charges, a.failed, chargeRequests, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
-		replaysInRun, kills, svc.starts, republished)
+		len(ops), end.audit.charges, end.audit.failed, chargeRequests, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
+		replaysInRun, kills, svc.starts, end.republished)
 
 	summary{
 		scenario:   "crash (SIGKILL mid-traffic)",
 		requests:   st.requests.Load(),
 		faults:     itoa(int64(kills)) + " SIGKILLs of `payments serve` (relay inside)",
-		duplicates: a.duplicateCharges,
-		lost:       int(moneyGap) + lostEvents + a.missingEvents,
-		violations: a.violations() + broken + unexpected + replayMismatch + int(unresolved.Load()) +
-			int(st.internal.Load()+st.badProblems.Load()),
+		duplicates: end.audit.duplicateCharges,
+		lost:       end.lost(),
+		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()),
 		command: reproduce("TestCrash"),
 	}.log(t, time.Since(began))
 }

@@ -193,20 +193,8 @@ func TestDatabaseOutage(t *testing.T) {
 	db, err := pgxpool.New(ctx, dbURL)
 	must(t, err, "connect")
 	t.Cleanup(db.Close)
-	waitDrained(t, ctx, db)
-	svc.stop()
-	lostEvents, _ := compareStream(t, ctx, db, natsURL)
-	a := auditDatabase(t, ctx, db, m.ID)
-	a.report(t)
-	broken, moneyGap := checkClientView(t, ctx, db, m.ID, ops)
-	if leaked := logsMention(svc.logs.String(), "outage-key-", m.APIKey); len(leaked) > 0 {
-		t.Errorf("the service logged %q", leaked)
-		broken++
-	}
+	end := settle(t, ctx, db, svc, natsURL, m, c, ops)
 	st := c.stats
-	if st.internal.Load()+st.badProblems.Load() > 0 {
-		t.Errorf("%d answers were 500, %d 503/409 problems lacked their type or Retry-After", st.internal.Load(), st.badProblems.Load())
-	}
 	t.Logf("%d outages of %v: answers inside them %v, /readyz inside them %v; recovered (ready, first charge) within %v, %v; "+
 		"%d operations, %d requests, %d network errors, %d 503, %d replays",
 		cuts, down, duringCut, readyDuringCut, worstReady.Round(time.Millisecond), worstCharge.Round(time.Millisecond),
@@ -216,10 +204,9 @@ func TestDatabaseOutage(t *testing.T) {
 		scenario:   "database outage (proxy cut under load)",
 		requests:   st.requests.Load(),
 		faults:     fmt.Sprintf("%d cuts of %v, all connections dropped", cuts, down),
-		duplicates: a.duplicateCharges,
-		lost:       int(moneyGap) + lostEvents + a.missingEvents,
-		violations: a.violations() + broken + wrongInCut + notReadyReports + notRecovered + int(unresolved.Load()) +
-			int(st.internal.Load()+st.badProblems.Load()) + svc.starts - 1,
+		duplicates: end.audit.duplicateCharges,
+		lost:       end.lost(),
+		violations: end.violations() + wrongInCut + notReadyReports + notRecovered + int(unresolved.Load()) + svc.starts - 1,
 		command: reproduce("TestDatabaseOutage"),
 	}.log(t, time.Since(began))
 }
