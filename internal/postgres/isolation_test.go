@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"payments/internal/idempotency"
 	"payments/internal/payment"
@@ -33,7 +34,11 @@ type isolationFixture struct {
 
 func newIsolationFixture(t *testing.T, wait time.Duration) *isolationFixture {
 	t.Helper()
-	f := &isolationFixture{abandoned: make(chan postgres.AbandonedCharge, 100), merchantAccounts: map[uuid.UUID]uuid.UUID{}}
+	// Registered first, so it runs last: once the store is closed, no busy
+	// group or lone wait may be left running.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	f := &isolationFixture{abandoned: make(chan postgres.AbandonedCharge, 1000), merchantAccounts: map[uuid.UUID]uuid.UUID{}}
 	f.url = pgtest.NewDatabase(t)
 	var err error
 	f.s, err = postgres.Open(context.Background(), f.url, postgres.Options{KeyWait: wait, CommitWait: 5 * time.Second,
