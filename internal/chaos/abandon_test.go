@@ -173,9 +173,9 @@ func TestAbandoningClients(t *testing.T) {
 	// alternately (scenario's, fresh, fresh, scenario's), which the machine's
 	// load slows alike.
 	after := rate(c, measure)
-	verdict := after / before
+	kept := after / before
 	var paired string
-	if verdict < 0.9 {
+	if kept < 0.9 {
 		fresh := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: []string{"IDEMPOTENCY_WAIT=1s"}})
 		fc := newClient(t, m.APIKey, "abandon-key-", func(int) string { return fresh.url() })
 		var mine, theirs float64
@@ -184,11 +184,11 @@ func TestAbandoningClients(t *testing.T) {
 		theirs += rate(fc, measure)
 		mine += rate(c, measure)
 		fresh.stop()
-		verdict = mine / theirs
+		kept = mine / theirs
 		paired = fmt.Sprintf("; after ÷ before %.0f %%, so paired with a fresh process: %.0f vs %.0f charges/s", 100*after/before, mine/2, theirs/2)
 	}
-	if verdict < 0.9 {
-		t.Errorf("throughput after the scenario %.0f %% of before (%.0f vs %.0f charges/s%s): below 90 %%", 100*verdict, after, before, paired)
+	if kept < 0.9 {
+		t.Errorf("throughput after the scenario %.0f %% of before (%.0f vs %.0f charges/s%s): below 90 %%", 100*kept, after, before, paired)
 	}
 
 	// Every abandoned charge, retried with its key and body, gets a definite
@@ -221,18 +221,18 @@ func TestAbandoningClients(t *testing.T) {
 		t.Errorf("no charge was reported abandoned (%v): the scenario did not abandon any while queued or in a batch", leftCounts)
 	}
 
-	end := settle(t, ctx, db, svc, natsURL, m, c, ops)
+	end := judge(t, ctx, db, svc, natsURL, m, c, ops)
 	st := c.stats
 	t.Logf("throughput before %.0f charges/s, after %.0f (%.0f %%%s); %d abandoned (%d before the body, %d, %d, %d given up after 0-40 ms), "+
 		"reported by the service %v; %d account locks; %d operations, %d 503, %d 409 in-use",
-		before, after, 100*verdict, paired, len(abandoned), ways[0].Load(), ways[1].Load(), ways[2].Load(), ways[3].Load(),
+		before, after, 100*kept, paired, len(abandoned), ways[0].Load(), ways[1].Load(), ways[2].Load(), ways[3].Load(),
 		leftCounts, locks.Load(), len(ops), st.unavailable.Load(), st.inUse.Load())
 
 	summary{
 		scenario: "abandoning clients (gone before the body, while queued, in a batch, at COMMIT) and locked accounts",
 		requests: st.requests.Load(),
 		faults: fmt.Sprintf("%d abandoned charges, %d accounts locked 0.2–1.5 s; throughput after: %.0f %% %s",
-			len(abandoned), locks.Load(), 100*verdict, map[bool]string{true: "of before", false: "of a fresh process's (paired)"}[paired == ""]),
+			len(abandoned), locks.Load(), 100*kept, map[bool]string{true: "of before", false: "of a fresh process's (paired)"}[paired == ""]),
 		duplicates: end.audit.duplicateCharges,
 		lost:       end.lost(),
 		violations: end.violations(),

@@ -294,8 +294,8 @@ func checkClientView(t *testing.T, ctx context.Context, db *pgxpool.Pool, mercha
 	return broken, moneyGap
 }
 
-// settled is what a scenario found once everything settled (settle).
-type settled struct {
+// verdict is what a scenario found once everything settled (judge).
+type verdict struct {
 	audit                   audit
 	lostEvents, republished int   // events missing from the stream; events in it twice
 	broken                  int   // answers the database contradicts, secrets in the logs
@@ -304,20 +304,20 @@ type settled struct {
 }
 
 // lost is the money and the events the scenario lost.
-func (s settled) lost() int { return int(s.moneyGap) + s.lostEvents + s.audit.missingEvents }
+func (s verdict) lost() int { return int(s.moneyGap) + s.lostEvents + s.audit.missingEvents }
 
-// violations counts every other broken invariant settle found.
-func (s settled) violations() int { return s.audit.violations() + s.broken + s.badAnswers }
+// violations counts every other broken invariant judge found.
+func (s verdict) violations() int { return s.audit.violations() + s.broken + s.badAnswers }
 
-// settle ends a scenario with a relay inside svc: it waits until every event
+// judge ends a scenario with a relay inside svc: it waits until every event
 // is published, stops svc, and holds the stream, the database, the clients'
 // answers (ops) and the service's logs against each other, failing t for
 // every problem.
-func settle(t *testing.T, ctx context.Context, db *pgxpool.Pool, svc *service, natsURL string, m merchant, c *client, ops []op) settled {
+func judge(t *testing.T, ctx context.Context, db *pgxpool.Pool, svc *service, natsURL string, m merchant, c *client, ops []op) verdict {
 	t.Helper()
 	waitDrained(t, ctx, db)
 	svc.stop()
-	var s settled
+	var s verdict
 	s.lostEvents, s.republished = compareStream(t, ctx, db, natsURL)
 	s.audit = auditDatabase(t, ctx, db, m.ID)
 	s.audit.report(t)

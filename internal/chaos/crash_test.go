@@ -162,7 +162,7 @@ func TestCrash(t *testing.T) {
 	db, err := pgxpool.New(ctx, dbURL)
 	must(t, err, "connect")
 	t.Cleanup(db.Close)
-	end := settle(t, ctx, db, svc, natsURL, m, c, ops)
+	end := judge(t, ctx, db, svc, natsURL, m, c, ops)
 	st := c.stats
 	t.Logf("%d operations (%d charges, %d failed for funds), %d requests before the replay pass: %d network errors, "+
 		"%d 503, %d 409 in-use, %d replays (answers lost to a kill after the commit); %d kills, %d starts; "+

@@ -193,7 +193,7 @@ func TestDatabaseOutage(t *testing.T) {
 	db, err := pgxpool.New(ctx, dbURL)
 	must(t, err, "connect")
 	t.Cleanup(db.Close)
-	end := settle(t, ctx, db, svc, natsURL, m, c, ops)
+	end := judge(t, ctx, db, svc, natsURL, m, c, ops)
 	st := c.stats
 	t.Logf("%d outages of %v: answers inside them %v, /readyz inside them %v; recovered (ready, first charge) within %v, %v; "+
 		"%d operations, %d requests, %d network errors, %d 503, %d replays",
