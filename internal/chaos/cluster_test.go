@@ -335,13 +335,18 @@ func stillThere(srv server) error {
 }
 
 // killServer sends SIGKILL to srv's postmaster, or with all to every process
-// of srv.
-func killServer(srv server, all bool) error {
+// of srv, and returns once every process of srv is gone: kill(2) returns
+// before the kernel has ended the postmaster, and its backends and walsender
+// go on serving (committing, acknowledging) until each notices that death;
+// until then the fault has not happened. It returns how long that took, and
+// fails when a process outlives the signal by 30 s.
+func killServer(srv server, all bool) (time.Duration, error) {
 	procs := processes(srv.dataDir)
 	if !slices.Contains(procs, srv.postmaster) {
-		return fmt.Errorf("%s's postmaster (pid %d) is not among the processes working in %s that this test can see (it needs root or the postgres user)",
+		return 0, fmt.Errorf("%s's postmaster (pid %d) is not among the processes working in %s that this test can see (it needs root or the postgres user)",
 			srv.Name, srv.postmaster.pid, srv.dataDir)
 	}
+	sent := time.Now()
 	var err error
 	if all {
 		err = signalAll(procs, syscall.SIGKILL)
@@ -349,9 +354,27 @@ func killServer(srv server, all bool) error {
 		err = signalAll([]proc{srv.postmaster}, syscall.SIGKILL)
 	}
 	if err != nil {
-		return fmt.Errorf("SIGKILL %s: %w", srv.Name, err)
+		return 0, fmt.Errorf("SIGKILL %s: %w", srv.Name, err)
 	}
-	return nil
+	// Listed again now that the postmaster can start no other process: one
+	// forked since the first listing is waited for too.
+	procs = append(procs, processes(srv.dataDir)...)
+	return waitGone(srv.Name, procs, sent, 30*time.Second)
+}
+
+// waitGone waits until every process of procs has exited, polling every
+// millisecond, and returns the time since sent.
+func waitGone(name string, procs []proc, sent time.Time, bound time.Duration) (time.Duration, error) {
+	for {
+		left := slices.DeleteFunc(slices.Clone(procs), func(p proc) bool { return !p.running() })
+		if len(left) == 0 {
+			return time.Since(sent), nil
+		}
+		if time.Since(sent) > bound {
+			return 0, fmt.Errorf("%d processes of %s still run %v after SIGKILL: %v", len(left), name, bound, left)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // errMoved says that the cluster was no longer as settle had found it when

@@ -38,8 +38,8 @@ func TestFailoverPrimaryKilled(t *testing.T) {
 		name:        "failover: primary's postmaster SIGKILLed",
 		faults:      "SIGKILL of the primary's postmaster; Patroni promotes the sync standby",
 		primaryLost: true,
-		fault: func(_ *testing.T, _ context.Context, _ *cluster, at settled) error {
-			return killPostmaster(at.leader)
+		fault: func(t *testing.T, _ context.Context, _ *cluster, at settled) error {
+			return killLogged(t, at.leader, "the primary")
 		},
 	})
 }
@@ -63,8 +63,8 @@ func TestFailoverStandbyKilled(t *testing.T) {
 	runFailover(t, failoverScenario{
 		name:   "failover: sync standby's postmaster SIGKILLed",
 		faults: "SIGKILL of the sync standby's postmaster; writes wait for it (strict mode)",
-		fault: func(_ *testing.T, _ context.Context, _ *cluster, at settled) error {
-			return killPostmaster(at.standby)
+		fault: func(t *testing.T, _ context.Context, _ *cluster, at settled) error {
+			return killLogged(t, at.standby, "the sync standby")
 		},
 	})
 }
@@ -88,7 +88,7 @@ func TestFailoverDuringStalledReplication(t *testing.T) {
 		primaryLost:   true,
 		// Without one, the scenario did not make the hazard it is about.
 		mustLog: "commit not confirmed",
-		fault: func(_ *testing.T, ctx context.Context, c *cluster, at settled) error {
+		fault: func(t *testing.T, ctx context.Context, c *cluster, at settled) error {
 			leader := at.leader
 			if err := stillThere(leader); err != nil {
 				return err
@@ -116,18 +116,29 @@ WHERE wait_event = 'SyncRep' AND application_name = 'payments'`); err != nil {
 					return fmt.Errorf("cancel the waiting commits: %w", err)
 				}
 			}
-			return killServer(leader, true)
+			took, err := killServer(leader, true)
+			if err != nil {
+				return err
+			}
+			t.Logf("every process of the primary %s gone %v after the SIGKILL", leader.Name, took.Round(time.Millisecond))
+			return nil
 		},
 	})
 }
 
-// killPostmaster SIGKILLs srv's postmaster, unless it is no longer the one
-// settle saw (errMoved).
-func killPostmaster(srv server) error {
+// killLogged SIGKILLs srv's postmaster, unless it is no longer the one settle
+// saw (errMoved), waits until every process of srv is gone (killServer), and
+// says how long that took.
+func killLogged(t *testing.T, srv server, what string) error {
 	if err := stillThere(srv); err != nil {
 		return err
 	}
-	return killServer(srv, false)
+	took, err := killServer(srv, false)
+	if err != nil {
+		return err
+	}
+	t.Logf("every process of %s %s gone %v after the SIGKILL of its postmaster", what, srv.Name, took.Round(time.Millisecond))
+	return nil
 }
 
 // walsenders picks the walsender processes out of procs, by their title.
@@ -146,9 +157,9 @@ func walsenders(procs []proc) []proc {
 type failoverScenario struct {
 	name, faults string
 	// fault breaks the cluster, settled as at (its leader and synchronous
-	// standby as they were a moment ago), and returns once it has. It
-	// returns errMoved, having done nothing, when the member it would break
-	// has changed since.
+	// standby as they were a moment ago), and returns once it has: once the
+	// processes it kills are gone. It returns errMoved, having done
+	// nothing, when the member it would break has changed since.
 	fault func(t *testing.T, ctx context.Context, c *cluster, at settled) error
 	// clientTimeout, if set, replaces the clients' 10 s timeout.
 	clientTimeout time.Duration
