@@ -9,12 +9,13 @@
 # repository. Nothing uses systemd: the processes are started in sessions of
 # their own (setsid), so they outlive the shell that ran `up`.
 #
-#   ha.sh up            start what is not running, wait for a leader and a
-#                       sync standby, create database payments, print the
+#   ha.sh up            start what is not running, wait for a settled
+#                       cluster (a leader and a sync standby streaming to it,
+#                       see healthy), create database payments, print the
 #                       DATABASE_URL (the only line on stdout)
 #   ha.sh down          stop everything, delete HA_DIR
 #   ha.sh status        the processes and `patronictl list`
-#   ha.sh wait          wait for a leader and a sync standby again (after a fault)
+#   ha.sh wait          wait for a settled cluster again (after a fault)
 #   ha.sh url           the DATABASE_URL
 #   ha.sh primary       the leader's name and port: "pg1 5441"
 #   ha.sh standby       the sync standby's name and port
@@ -135,22 +136,31 @@ sys.exit(1)
 PY
 }
 
-# healthy: whether there is a leader with a sync standby: Patroni says so,
-# and so does the leader's PostgreSQL (it accepts writes, and the standby
-# streams to it as synchronous). Patroni's word alone lags a fault by up to a
-# loop: right after a kill it still shows the dead member as running.
+# healthy: whether the cluster is settled, as the failover scenarios require
+# before each fault (internal/chaos/cluster_test.go, settle): Patroni names a
+# running leader and a sync standby, the leader's PostgreSQL accepts writes
+# and names that standby in synchronous_standby_names, the standby streams to
+# it as synchronous, and the standby's PostgreSQL is in recovery. Patroni's
+# word alone lags a fault by up to a loop: right after a kill it still shows
+# the dead member as running.
 # (Patroni 3.0 says "running" for a standby that streams; later versions say
 # "streaming".)
 healthy() {
 	local line
 	line=$(members 2>/dev/null | awk -F '\t' '
 		$2 == "leader" && $3 == "running" { port = $4 }
-		$2 == "sync_standby" && ($3 == "running" || $3 == "streaming") { sync = $1 }
-		END { if (port && sync) print port, sync; else exit 1 }') || return 1
-	local port=${line% *} sync=${line#* }
-	[ "$(PGCONNECT_TIMEOUT=2 "$PG_BIN/psql" -X -At -h 127.0.0.1 -p "$port" -U postgres -d postgres -c \
-		"SELECT NOT pg_is_in_recovery() AND EXISTS (SELECT 1 FROM pg_stat_replication WHERE application_name = '$sync' AND sync_state = 'sync')" \
-		2>/dev/null)" = t ]
+		$2 == "sync_standby" && ($3 == "running" || $3 == "streaming") { sync = $1; sync_port = $4 }
+		END { if (port && sync) print port, sync, sync_port; else exit 1 }') || return 1
+	local port sync sync_port
+	read -r port sync sync_port <<<"$line"
+	local psql=("$PG_BIN/psql" -X -At -h 127.0.0.1 -U postgres -d postgres)
+	[ "$(PGCONNECT_TIMEOUT=2 "${psql[@]}" -p "$port" -c "
+		SELECT NOT pg_is_in_recovery()
+		   AND '$sync' = ANY (regexp_split_to_array(current_setting('synchronous_standby_names'), '[\s,()\"]+'))
+		   AND EXISTS (SELECT 1 FROM pg_stat_replication
+		               WHERE application_name = '$sync' AND state = 'streaming' AND sync_state = 'sync')" \
+		2>/dev/null)" = t ] &&
+		[ "$(PGCONNECT_TIMEOUT=2 "${psql[@]}" -p "$sync_port" -c 'SELECT pg_is_in_recovery()' 2>/dev/null)" = t ]
 }
 
 # wait_healthy: wait up to HA_WAIT seconds for healthy; on timeout, show

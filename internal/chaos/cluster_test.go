@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,8 +29,8 @@ type cluster struct {
 	patroni []string
 }
 
-// haCluster returns the cluster, or skips t, saying how to run it, when none
-// is named.
+// haCluster returns the cluster, settled (see settle), or skips t, saying how
+// to run it, when none is named.
 func haCluster(t *testing.T) *cluster {
 	t.Helper()
 	u, api := os.Getenv("PAYMENTS_HA_URL"), os.Getenv("PAYMENTS_HA_PATRONI")
@@ -36,17 +38,20 @@ func haCluster(t *testing.T) *cluster {
 		t.Skip("no Patroni cluster named (PAYMENTS_HA_URL, PAYMENTS_HA_PATRONI): make chaos-ha starts one and runs this scenario")
 	}
 	c := &cluster{url: u, patroni: strings.Split(api, ",")}
-	c.waitHealthy(t, 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	c.settle(t, ctx, nil)
 	return c
 }
 
 // member is one line of Patroni's GET /cluster.
 type member struct {
-	Name  string `json:"name"`
-	Role  string `json:"role"` // leader, sync_standby, replica
-	State string `json:"state"`
-	Host  string `json:"host"`
-	Port  int    `json:"port"`
+	Name     string `json:"name"`
+	Role     string `json:"role"` // leader, sync_standby, replica
+	State    string `json:"state"`
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Timeline int    `json:"timeline"`
 }
 
 // members asks the first member's REST API that answers for the cluster.
@@ -72,6 +77,8 @@ func (c *cluster) members() ([]member, error) {
 }
 
 // roles returns the running leader and synchronous standby ("" where none).
+// Patroni's word alone: it shows a member that just died as running until
+// that member's next loop.
 func (c *cluster) roles() (leader, standby member, err error) {
 	ms, err := c.members()
 	for _, m := range ms {
@@ -88,22 +95,145 @@ func (c *cluster) roles() (leader, standby member, err error) {
 	return leader, standby, err
 }
 
-// waitHealthy waits until the cluster has a running leader and a synchronous
-// standby, and fails t after d.
-func (c *cluster) waitHealthy(t *testing.T, d time.Duration) (leader, standby member) {
+// settleTimeout bounds the wait for a settled cluster: a member killed by the
+// previous scenario may first be rewound and restarted.
+const settleTimeout = 90 * time.Second
+
+// server is one member's PostgreSQL as it describes itself, read in one
+// connection to it.
+type server struct {
+	member
+	primary    bool   // not in recovery
+	dataDir    string // every process of the server has it as its working directory
+	postmaster proc
+	// syncNames is synchronous_standby_names; replication maps each
+	// walsender's application_name to its "state/sync_state" (a primary's).
+	syncNames   string
+	replication map[string]string
+}
+
+// settled is the cluster in the state every fault starts from: Patroni names
+// a running leader and a synchronous standby, and their servers agree.
+type settled struct{ leader, standby server }
+
+func (s settled) String() string {
+	return fmt.Sprintf("leader %s (postmaster %d, timeline %d), sync standby %s (postmaster %d)",
+		s.leader.Name, s.leader.postmaster.pid, s.leader.Timeline, s.standby.Name, s.standby.postmaster.pid)
+}
+
+// settle waits, until ctx ends, for the cluster to be settled and, when ready
+// is not nil, for ready (the service's /readyz) to return nil; it returns the
+// cluster as it last found it, and fails t with the last thing missing when
+// ctx ends first. The cluster is looked at after ready, so that what settle
+// returns is as fresh as it can be.
+func (c *cluster) settle(t *testing.T, ctx context.Context, ready func() error) settled {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	began := time.Now()
+	var last string
 	for {
-		leader, standby, err := c.roles()
-		if leader.Name != "" && standby.Name != "" {
-			return leader, standby
+		var s settled
+		err := ctx.Err()
+		if err == nil && ready != nil {
+			err = ready()
 		}
-		if time.Now().After(deadline) {
-			ms, _ := c.members()
-			t.Fatalf("the cluster has no leader and synchronous standby after %v: %+v (%v)", d, ms, err)
+		if err == nil {
+			s, err = c.look(ctx)
 		}
-		time.Sleep(200 * time.Millisecond)
+		if err == nil {
+			return s
+		}
+		if ctx.Err() != nil {
+			if last == "" {
+				last = err.Error()
+			}
+			t.Fatalf("the cluster did not settle in %v: %s", time.Since(began).Round(time.Second), last)
+		}
+		// One line per change of what is missing, not one per look.
+		if msg := err.Error(); msg != last {
+			t.Logf("not settled after %v: %s", time.Since(began).Round(time.Millisecond), msg)
+			last = msg
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
+}
+
+// look returns the cluster if it is settled: Patroni names a running leader
+// and a synchronous standby (its sync state); the leader's server is a
+// primary whose synchronous_standby_names names that standby, which streams
+// to it as synchronous; the standby's server is in recovery.
+func (c *cluster) look(ctx context.Context) (settled, error) {
+	leader, standby, err := c.roles()
+	if err != nil {
+		return settled{}, err
+	}
+	if leader.Name == "" || standby.Name == "" {
+		ms, _ := c.members()
+		return settled{}, fmt.Errorf("Patroni names no running leader and synchronous standby: %+v", ms)
+	}
+	var s settled
+	if s.leader, err = c.describe(ctx, leader); err != nil {
+		return settled{}, err
+	}
+	if s.standby, err = c.describe(ctx, standby); err != nil {
+		return settled{}, err
+	}
+	switch {
+	case !s.leader.primary:
+		return settled{}, fmt.Errorf("Patroni names %s leader, but its server is in recovery", leader.Name)
+	case s.standby.primary:
+		return settled{}, fmt.Errorf("Patroni names %s sync standby, but its server is a primary", standby.Name)
+	case !namesStandby(s.leader.syncNames, standby.Name):
+		return settled{}, fmt.Errorf("%s's synchronous_standby_names is %q, not naming %s", leader.Name, s.leader.syncNames, standby.Name)
+	case s.leader.replication[standby.Name] != "streaming/sync":
+		return settled{}, fmt.Errorf("%s does not stream to %s as its synchronous standby: %v", standby.Name, leader.Name, s.leader.replication)
+	}
+	return s, nil
+}
+
+// namesStandby reports whether synchronous_standby_names (a list, maybe
+// quoted, maybe inside "FIRST n (...)" or "ANY n (...)") names standby.
+func namesStandby(syncNames, standby string) bool {
+	fields := strings.FieldsFunc(syncNames, func(r rune) bool { return strings.ContainsRune(` ,()"`, r) })
+	return slices.Contains(fields, standby)
+}
+
+// describe asks m's server what it is.
+func (c *cluster) describe(ctx context.Context, m member) (server, error) {
+	conn, err := pgx.Connect(ctx, c.memberURL(m))
+	if err != nil {
+		return server{}, fmt.Errorf("connect to %s: %w", m.Name, err)
+	}
+	defer conn.Close(ctx)
+	s := server{member: m, replication: map[string]string{}}
+	var pidFile string
+	if err := conn.QueryRow(ctx, `
+SELECT pg_read_file('postmaster.pid'), NOT pg_is_in_recovery(), current_setting('data_directory'),
+       current_setting('synchronous_standby_names')`).Scan(&pidFile, &s.primary, &s.dataDir, &s.syncNames); err != nil {
+		return server{}, fmt.Errorf("ask %s what it is: %w", m.Name, err)
+	}
+	rows, err := conn.Query(ctx, `SELECT application_name, concat(state, '/', sync_state) FROM pg_stat_replication`)
+	if err != nil {
+		return server{}, fmt.Errorf("ask %s whom it streams to: %w", m.Name, err)
+	}
+	var name, state string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &state}, func() error {
+		s.replication[name] = state
+		return nil
+	}); err != nil {
+		return server{}, fmt.Errorf("ask %s whom it streams to: %w", m.Name, err)
+	}
+	first, _, _ := strings.Cut(pidFile, "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return server{}, fmt.Errorf("%s's postmaster.pid: %w", m.Name, err)
+	}
+	if s.postmaster, err = procOf(pid); err != nil {
+		return server{}, fmt.Errorf("%s's postmaster: %w", m.Name, err)
+	}
+	return s, nil
 }
 
 // memberURL is the URL of one member's postgres database, whatever its role.
@@ -118,71 +248,139 @@ func netJoin(host string, port int) string {
 	return host + ":" + strconv.Itoa(port)
 }
 
-// postmasterPID reads m's postmaster's process id from its postmaster.pid.
-func (c *cluster) postmasterPID(ctx context.Context, m member) (int, error) {
-	conn, err := pgx.Connect(ctx, c.memberURL(m))
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(ctx)
-	var file string
-	if err := conn.QueryRow(ctx, `SELECT pg_read_file('postmaster.pid')`).Scan(&file); err != nil {
-		return 0, err
-	}
-	first, _, _ := strings.Cut(file, "\n")
-	return strconv.Atoi(strings.TrimSpace(first))
+// proc is one process, told apart from a later one that reuses its pid by
+// its start time.
+type proc struct {
+	pid   int
+	start string // field 22 of /proc/<pid>/stat, in clock ticks after boot
 }
 
-// signal sends sig to m's postmaster.
-func (c *cluster) signal(ctx context.Context, m member, sig syscall.Signal) error {
-	pid, err := c.postmasterPID(ctx, m)
+// stat returns a process's state letter and start time from /proc/<pid>/stat.
+func stat(pid int) (state, start string, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return fmt.Errorf("postmaster of %s: %w", m.Name, err)
+		return "", "", err
 	}
-	return syscall.Kill(pid, sig)
+	// pid (comm) state ppid ...; comm may hold spaces, so read after ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 20 {
+		return "", "", fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	return f[0], f[19], nil
 }
 
-// processGroup returns m's postmaster and every process it started (the
-// walreceiver, the startup process, the backends): SIGSTOP on the postmaster
-// alone would leave its walreceiver acknowledging. Read it before stopping
-// them: a stopped server answers no query.
-func (c *cluster) processGroup(ctx context.Context, m member) ([]int, error) {
-	pid, err := c.postmasterPID(ctx, m)
+// procOf returns the running process pid.
+func procOf(pid int) (proc, error) {
+	_, start, err := stat(pid)
 	if err != nil {
-		return nil, fmt.Errorf("postmaster of %s: %w", m.Name, err)
+		return proc{}, err
 	}
-	pids := []int{pid}
+	return proc{pid: pid, start: start}, nil
+}
+
+// running reports whether p has not exited (a zombie has).
+func (p proc) running() bool {
+	state, start, err := stat(p.pid)
+	return err == nil && start == p.start && state != "Z" && state != "X"
+}
+
+// processes returns every running process of the server whose data
+// directory is dataDir: PostgreSQL's postmaster changes into its data
+// directory, and every process it starts inherits that (backends,
+// walsenders, the startup process and walreceiver, the checkpointer...),
+// also once orphaned by its postmaster's death. Reading another user's
+// /proc/<pid>/cwd takes root or that user: killServer checks that the
+// postmaster is among them.
+func processes(dataDir string) []proc {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil, err
+		return nil
 	}
+	var out []proc
 	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err != nil || cwd != dataDir {
 			continue
 		}
-		// pid (comm) state ppid ...; comm may hold spaces, so read after ')'.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
-			pids = append(pids, child)
+		if p, err := procOf(pid); err == nil && p.running() {
+			out = append(out, p)
 		}
 	}
-	return pids, nil
+	return out
 }
 
-// signalAll sends sig to every process of pids that still runs.
-func signalAll(pids []int, sig syscall.Signal) error {
-	for _, p := range pids {
-		if err := syscall.Kill(p, sig); err != nil && err != syscall.ESRCH {
+// signalAll sends sig to every process of procs that still runs.
+func signalAll(procs []proc, sig syscall.Signal) error {
+	for _, p := range procs {
+		if !p.running() {
+			continue
+		}
+		if err := syscall.Kill(p.pid, sig); err != nil && err != syscall.ESRCH {
 			return err
 		}
 	}
 	return nil
 }
+
+// stillThere returns errMoved when srv's postmaster is no longer the one
+// settle saw running: the member restarted (a demotion restarts it) or died.
+func stillThere(srv server) error {
+	if !srv.postmaster.running() {
+		return fmt.Errorf("%w: %s's postmaster (pid %d) is gone", errMoved, srv.Name, srv.postmaster.pid)
+	}
+	return nil
+}
+
+// killServer sends SIGKILL to srv's postmaster, or with all to every process
+// of srv, and returns once every process of srv is gone: kill(2) returns
+// before the kernel has ended the postmaster, and its backends and walsender
+// go on serving (committing, acknowledging) until each notices that death;
+// until then the fault has not happened. It returns how long that took, and
+// fails when a process outlives the signal by 30 s.
+func killServer(srv server, all bool) (time.Duration, error) {
+	procs := processes(srv.dataDir)
+	if !slices.Contains(procs, srv.postmaster) {
+		return 0, fmt.Errorf("%s's postmaster (pid %d) is not among the processes working in %s that this test can see (it needs root or the postgres user)",
+			srv.Name, srv.postmaster.pid, srv.dataDir)
+	}
+	sent := time.Now()
+	var err error
+	if all {
+		err = signalAll(procs, syscall.SIGKILL)
+	} else {
+		err = signalAll([]proc{srv.postmaster}, syscall.SIGKILL)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("SIGKILL %s: %w", srv.Name, err)
+	}
+	// Listed again now that the postmaster can start no other process: one
+	// forked since the first listing is waited for too.
+	procs = append(procs, processes(srv.dataDir)...)
+	return waitGone(srv.Name, procs, sent, 30*time.Second)
+}
+
+// waitGone waits until every process of procs has exited, polling every
+// millisecond, and returns the time since sent.
+func waitGone(name string, procs []proc, sent time.Time, bound time.Duration) (time.Duration, error) {
+	for {
+		left := slices.DeleteFunc(slices.Clone(procs), func(p proc) bool { return !p.running() })
+		if len(left) == 0 {
+			return time.Since(sent), nil
+		}
+		if time.Since(sent) > bound {
+			return 0, fmt.Errorf("%d processes of %s still run %v after SIGKILL: %v", len(left), name, bound, left)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// errMoved says that the cluster was no longer as settle had found it when
+// the fault came to it: the scenario settles again instead of faulting a
+// member that has changed role.
+var errMoved = errors.New("the cluster moved since it settled")
 
 // switchover asks Patroni for a planned switchover from leader to standby.
 func (c *cluster) switchover(leader, standby member) error {

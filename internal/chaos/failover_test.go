@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -37,8 +38,8 @@ func TestFailoverPrimaryKilled(t *testing.T) {
 		name:        "failover: primary's postmaster SIGKILLed",
 		faults:      "SIGKILL of the primary's postmaster; Patroni promotes the sync standby",
 		primaryLost: true,
-		fault: func(ctx context.Context, c *cluster, leader, _ member) error {
-			return c.signal(ctx, leader, syscall.SIGKILL)
+		fault: func(t *testing.T, _ context.Context, _ *cluster, at settled) error {
+			return killLogged(t, at.leader, "the primary")
 		},
 	})
 }
@@ -49,8 +50,8 @@ func TestFailoverSwitchover(t *testing.T) {
 		name:        "failover: planned switchover",
 		faults:      "Patroni switchover to the sync standby",
 		primaryLost: true,
-		fault: func(_ context.Context, c *cluster, leader, standby member) error {
-			return c.switchover(leader, standby)
+		fault: func(_ *testing.T, _ context.Context, c *cluster, at settled) error {
+			return c.switchover(at.leader.member, at.standby.member)
 		},
 	})
 }
@@ -62,8 +63,8 @@ func TestFailoverStandbyKilled(t *testing.T) {
 	runFailover(t, failoverScenario{
 		name:   "failover: sync standby's postmaster SIGKILLed",
 		faults: "SIGKILL of the sync standby's postmaster; writes wait for it (strict mode)",
-		fault: func(ctx context.Context, c *cluster, _, standby member) error {
-			return c.signal(ctx, standby, syscall.SIGKILL)
+		fault: func(t *testing.T, _ context.Context, _ *cluster, at settled) error {
+			return killLogged(t, at.standby, "the sync standby")
 		},
 	})
 }
@@ -87,16 +88,16 @@ func TestFailoverDuringStalledReplication(t *testing.T) {
 		primaryLost:   true,
 		// Without one, the scenario did not make the hazard it is about.
 		mustLog: "commit not confirmed",
-		fault: func(ctx context.Context, c *cluster, leader, _ member) error {
-			group, err := c.processGroup(ctx, leader)
-			if err != nil {
+		fault: func(t *testing.T, ctx context.Context, c *cluster, at settled) error {
+			leader := at.leader
+			if err := stillThere(leader); err != nil {
 				return err
 			}
-			walsenders := walsenders(group[1:])
+			walsenders := walsenders(processes(leader.dataDir))
 			if len(walsenders) == 0 {
-				return fmt.Errorf("%s has no walsender among %v", leader.Name, group)
+				return fmt.Errorf("%s has no walsender", leader.Name)
 			}
-			watchdog, err := pgx.Connect(ctx, c.memberURL(leader))
+			watchdog, err := pgx.Connect(ctx, c.memberURL(leader.member))
 			if err != nil {
 				return err
 			}
@@ -115,16 +116,36 @@ WHERE wait_event = 'SyncRep' AND application_name = 'payments'`); err != nil {
 					return fmt.Errorf("cancel the waiting commits: %w", err)
 				}
 			}
-			return signalAll(group, syscall.SIGKILL)
+			took, err := killServer(leader, true)
+			if err != nil {
+				return err
+			}
+			t.Logf("every process of the primary %s gone %v after the SIGKILL", leader.Name, took.Round(time.Millisecond))
+			return nil
 		},
 	})
 }
 
-// walsenders picks the walsender processes out of pids, by their title.
-func walsenders(pids []int) []int {
-	var out []int
-	for _, p := range pids {
-		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+// killLogged SIGKILLs srv's postmaster, unless it is no longer the one settle
+// saw (errMoved), waits until every process of srv is gone (killServer), and
+// says how long that took.
+func killLogged(t *testing.T, srv server, what string) error {
+	if err := stillThere(srv); err != nil {
+		return err
+	}
+	took, err := killServer(srv, false)
+	if err != nil {
+		return err
+	}
+	t.Logf("every process of %s %s gone %v after the SIGKILL of its postmaster", what, srv.Name, took.Round(time.Millisecond))
+	return nil
+}
+
+// walsenders picks the walsender processes out of procs, by their title.
+func walsenders(procs []proc) []proc {
+	var out []proc
+	for _, p := range procs {
+		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
 		if err == nil && bytes.Contains(cmd, []byte("walsender")) {
 			out = append(out, p)
 		}
@@ -135,9 +156,11 @@ func walsenders(pids []int) []int {
 // failoverScenario is one way of breaking the cluster under load.
 type failoverScenario struct {
 	name, faults string
-	// fault breaks the cluster, whose leader and synchronous standby are
-	// given, and returns once it has.
-	fault func(ctx context.Context, c *cluster, leader, standby member) error
+	// fault breaks the cluster, settled as at (its leader and synchronous
+	// standby as they were a moment ago), and returns once it has: once the
+	// processes it kills are gone. It returns errMoved, having done
+	// nothing, when the member it would break has changed since.
+	fault func(t *testing.T, ctx context.Context, c *cluster, at settled) error
 	// clientTimeout, if set, replaces the clients' 10 s timeout.
 	clientTimeout time.Duration
 	// primaryLost says whether the fault leaves a moment with no primary,
@@ -205,6 +228,8 @@ func runFailover(t *testing.T, sc failoverScenario) {
 				select {
 				case <-stop:
 					return
+				case <-ctx.Done(): // the test failed before it closed stop
+					return
 				default:
 				}
 				acct := accounts[rand.IntN(len(accounts))]
@@ -220,37 +245,17 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		}()
 	}
 
-	// The fault, then one charge driven from the moment it is done: the time
-	// to its answer is the time the service could not charge.
+	// The fault, on a settled cluster and a ready service, then one charge
+	// driven from the moment it is done: the time to its answer is the time
+	// the service could not charge.
 	time.Sleep(before)
-	leader, standby := cl.waitHealthy(t, 30*time.Second)
-	// /readyz, asked every 50 ms from the fault until the first charge after
-	// it: it must say 503 while no primary is reachable.
-	readyStop, readyDone := make(chan struct{}), make(chan map[int]int, 1)
-	go func() {
-		seen := map[int]int{}
-		defer func() { readyDone <- seen }()
-		for {
-			select {
-			case <-readyStop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			a, err := c.send(ctx, 1, http.MethodGet, "/readyz", "", nil)
-			if err == nil {
-				seen[a.status]++
-			}
-		}
-	}()
-	faultAt := time.Now()
-	faultErr := sc.fault(ctx, cl, leader, standby)
+	at, faultAt, watch, faultErr := settleAndFault(t, ctx, cl, c, sc.fault)
 	var recovery time.Duration
 	if faultErr == nil {
 		acct := accounts[0]
 		probe := drive(ctx, c, op{kind: "charge", path: "/v1/charges", account: acct, amount: 1, body: chargeBody(acct, 1)})
 		recovery = time.Since(faultAt)
-		close(readyStop)
-		ready := <-readyDone
+		ready := watch.end()
 		if sc.primaryLost && ready[http.StatusServiceUnavailable] == 0 {
 			t.Errorf("/readyz never said 503 while the primary was away: %v", ready)
 		}
@@ -268,11 +273,12 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	close(stop)
 	wg.Wait()
 	if faultErr != nil {
-		close(readyStop)
-		<-readyDone
+		watch.end()
 		t.Fatalf("fault: %v", faultErr)
 	}
-	newLeader, _ := cl.waitHealthy(t, 90*time.Second)
+	settleCtx, cancelSettle := context.WithTimeout(ctx, settleTimeout)
+	defer cancelSettle()
+	newLeader := cl.settle(t, settleCtx, func() error { return readyz(ctx, c) }).leader
 	requestsInRun := c.stats.requests.Load()
 
 	// Every definite answer is stored and replays byte for byte.
@@ -321,7 +327,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		"%d replays; %d commits not confirmed by the standby (answered 503); leader %s before, %s after; "+
 		"first charge decided %v after the fault; %d events in the stream twice",
 		len(ops), a.charges, requestsInRun, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
-		st.replayed.Load(), notConfirmed, leader.Name, newLeader.Name, recovery.Round(10*time.Millisecond), republished)
+		st.replayed.Load(), notConfirmed, at.leader.Name, newLeader.Name, recovery.Round(10*time.Millisecond), republished)
 
 	summary{
 		scenario:   sc.name,
@@ -333,6 +339,78 @@ func runFailover(t *testing.T, sc failoverScenario) {
 			int(st.internal.Load()+st.badProblems.Load()),
 		command: reproduceHA(t.Name()),
 	}.log(t, time.Since(began))
+}
+
+// settleAndFault waits for a settled cluster and a ready service (settle),
+// starts watching /readyz and breaks the cluster with fault. When fault finds
+// that the member it would break has changed role since (errMoved), it
+// settles again. It returns the cluster as the fault found it, the time the
+// fault began, and the watch of /readyz (to end), or fault's error.
+func settleAndFault(t *testing.T, ctx context.Context, cl *cluster, c *client,
+	fault func(*testing.T, context.Context, *cluster, settled) error,
+) (settled, time.Time, *readyWatch, error) {
+	t.Helper()
+	settleCtx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	for {
+		at := cl.settle(t, settleCtx, func() error { return readyz(ctx, c) })
+		t.Logf("settled: %v; the service is ready", at)
+		watch := watchReady(ctx, c)
+		began := time.Now()
+		err := fault(t, ctx, cl, at)
+		if !errors.Is(err, errMoved) {
+			return at, began, watch, err
+		}
+		watch.end()
+		t.Logf("%v: settling again", err)
+	}
+}
+
+// readyz returns nil when the service's /readyz answers 200.
+func readyz(ctx context.Context, c *client) error {
+	a, err := c.send(ctx, 1, http.MethodGet, "/readyz", "", nil)
+	if err != nil {
+		return fmt.Errorf("the service's /readyz: %w", err)
+	}
+	if a.status != http.StatusOK {
+		return fmt.Errorf("the service's /readyz: %d %s", a.status, a.body)
+	}
+	return nil
+}
+
+// readyWatch asks /readyz every 50 ms, from the fault until the first charge
+// after it, and counts its statuses: it must say 503 while no primary is
+// reachable.
+type readyWatch struct {
+	stop chan struct{}
+	seen chan map[int]int
+}
+
+// watchReady starts a readyWatch of c's service; end stops it.
+func watchReady(ctx context.Context, c *client) *readyWatch {
+	w := &readyWatch{stop: make(chan struct{}), seen: make(chan map[int]int, 1)}
+	go func() {
+		seen := map[int]int{}
+		defer func() { w.seen <- seen }()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			a, err := c.send(ctx, 1, http.MethodGet, "/readyz", "", nil)
+			if err == nil {
+				seen[a.status]++
+			}
+		}
+	}()
+	return w
+}
+
+// end stops the watch and returns the count of each status it saw.
+func (w *readyWatch) end() map[int]int {
+	close(w.stop)
+	return <-w.seen
 }
 
 // reproduceHA is the command that runs a failover scenario alone in the
