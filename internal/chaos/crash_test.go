@@ -177,6 +177,6 @@ func TestCrash(t *testing.T) {
 		duplicates: end.audit.duplicateCharges,
 		lost:       end.lost(),
 		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()),
-		command: reproduce("TestCrash"),
+		command:    reproduce("TestCrash"),
 	}.log(t, time.Since(began))
 }

@@ -207,6 +207,6 @@ func TestDatabaseOutage(t *testing.T) {
 		duplicates: end.audit.duplicateCharges,
 		lost:       end.lost(),
 		violations: end.violations() + wrongInCut + notReadyReports + notRecovered + int(unresolved.Load()) + svc.starts - 1,
-		command: reproduce("TestDatabaseOutage"),
+		command:    reproduce("TestDatabaseOutage"),
 	}.log(t, time.Since(began))
 }
