@@ -302,12 +302,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	db, err := pgxpool.New(ctx, dbURL)
 	must(t, err, "connect")
 	t.Cleanup(db.Close)
-	waitDrained(t, ctx, db)
-	svc.stop()
-	lostEvents, republished := compareStream(t, ctx, db, natsURL)
-	a := auditDatabase(t, ctx, db, m.ID)
-	a.report(t)
-	broken, moneyGap := checkClientView(t, ctx, db, m.ID, ops)
+	end := judge(t, ctx, db, svc, natsURL, m, c, ops)
 	notConfirmed := strings.Count(svc.logs.String(), "commit not confirmed")
 	if sc.mustLog != "" && !strings.Contains(svc.logs.String(), sc.mustLog) {
 		var failures []string
@@ -320,24 +315,20 @@ func runFailover(t *testing.T, sc failoverScenario) {
 			sc.mustLog, strings.Join(failures, "\n"))
 	}
 	st := c.stats
-	if st.internal.Load()+st.badProblems.Load() > 0 {
-		t.Errorf("%d answers were 500, %d 503/409 problems lacked their type or Retry-After", st.internal.Load(), st.badProblems.Load())
-	}
 	t.Logf("%d operations (%d charges), %d requests before the replay pass: %d network errors, %d 503, %d 409 in-use, "+
 		"%d replays; %d commits not confirmed by the standby (answered 503); leader %s before, %s after; "+
 		"first charge decided %v after the fault; %d events in the stream twice",
-		len(ops), a.charges, requestsInRun, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
-		st.replayed.Load(), notConfirmed, at.leader.Name, newLeader.Name, recovery.Round(10*time.Millisecond), republished)
+		len(ops), end.audit.charges, requestsInRun, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
+		st.replayed.Load(), notConfirmed, at.leader.Name, newLeader.Name, recovery.Round(10*time.Millisecond), end.republished)
 
 	summary{
 		scenario:   sc.name,
 		requests:   st.requests.Load(),
 		faults:     sc.faults + "; first charge after " + recovery.Round(100*time.Millisecond).String(),
-		duplicates: a.duplicateCharges,
-		lost:       int(moneyGap) + lostEvents + a.missingEvents,
-		violations: a.violations() + broken + unexpected + replayMismatch + int(unresolved.Load()) +
-			int(st.internal.Load()+st.badProblems.Load()),
-		command: reproduceHA(t.Name()),
+		duplicates: end.audit.duplicateCharges,
+		lost:       end.lost(),
+		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()),
+		command:    reproduceHA(t.Name()),
 	}.log(t, time.Since(began))
 }
 

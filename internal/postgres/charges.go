@@ -26,7 +26,9 @@ import (
 //  1. One round trip: BEGIN; the advisory lock of every member's key, taken
 //     without waiting; the stored responses of those keys; the accounts of the
 //     members whose keys this batch holds and are not stored, locked FOR
-//     UPDATE SKIP LOCKED in (merchant_id, id) order.
+//     UPDATE SKIP LOCKED in (merchant_id, id) order. Only when an account did
+//     not come back, one more round trip tells an unknown account from one
+//     another transaction holds (findBusy).
 //  2. In Go, member by member in order: a member whose key another
 //     transaction holds leaves the batch, its account untouched (it then
 //     waits for the key alone, holding nothing: chargewait.go); a stored key
@@ -270,27 +272,28 @@ ORDER BY u.i`
 
 	// lockAccountsSQL locks the accounts of the members whose keys this
 	// transaction holds and are not stored (or have expired), in a fixed
-	// order, skipping the rows another transaction has locked. It returns one
-	// row per such account that exists: with its currency and balance when
-	// locked here, with NULLs when locked elsewhere (busy). A member whose
+	// order, skipping the rows another transaction has locked. A member whose
 	// key is held elsewhere gets no account lock at all: it leaves the batch.
 	lockAccountsSQL = `
-WITH wanted AS MATERIALIZED (
-    SELECT DISTINCT u.m, u.a
+SELECT a.merchant_id, a.id, a.currency, a.balance
+FROM accounts a
+WHERE (a.merchant_id, a.id) IN (
+    SELECT u.m, u.a
     FROM unnest($1::uuid[], $2::text[], $3::uuid[], current_setting('payments.keys_locked')::bool[]) AS u(m, k, a, locked)
     WHERE u.locked AND NOT EXISTS (
         SELECT FROM idempotency_keys ik
-        WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at >= now() - $4::interval)
-), locked AS MATERIALIZED (
-    SELECT a.merchant_id, a.id, a.currency, a.balance
-    FROM accounts a
-    WHERE (a.merchant_id, a.id) IN (SELECT m, a FROM wanted)
-    ORDER BY a.merchant_id, a.id
-    FOR UPDATE OF a SKIP LOCKED
-)
-SELECT w.m, w.a, l.currency, l.balance
-FROM wanted w LEFT JOIN locked l ON l.merchant_id = w.m AND l.id = w.a
-WHERE l.id IS NOT NULL OR EXISTS (SELECT FROM accounts x WHERE x.merchant_id = w.m AND x.id = w.a)`
+        WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at >= now() - $4::interval))
+ORDER BY a.merchant_id, a.id
+FOR UPDATE OF a SKIP LOCKED`
+
+	// existingAccountsSQL tells, of the accounts lockAccountsSQL did not
+	// return, those that exist: another transaction holds their rows. It runs
+	// only when some account did not come back, so a batch whose accounts are
+	// all free and known pays nothing for it.
+	existingAccountsSQL = `
+SELECT a.merchant_id, a.id
+FROM accounts a
+WHERE (a.merchant_id, a.id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))`
 
 	// lockTimeoutSQL bounds the lock waits of a transaction that may wait
 	// (chargeAlone, a busy group): lock_timeout becomes what is left of $1
@@ -387,6 +390,9 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 	locks, err := readLocks(br, n, mode)
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
+	}
+	if err == nil && !mode.accounts {
+		err = findBusy(ctx, conn, reqs, &locks)
 	}
 	if err != nil {
 		return nil, 0, err
@@ -513,7 +519,7 @@ type lockResult struct {
 	stored   []keyRow // by member: the row stored under its key
 	now      time.Time
 	accounts map[accountKey]*payment.Account // locked here
-	busy     map[accountKey]bool             // locked by another transaction
+	busy     map[accountKey]bool             // locked by another transaction (findBusy)
 }
 
 // readLocks reads the answers of round trip 1.
@@ -576,26 +582,52 @@ func readLocks(br pgx.BatchResults, n int, mode waits) (lockResult, error) {
 	r.accounts, r.busy = make(map[accountKey]*payment.Account), make(map[accountKey]bool)
 	rows, _ = br.Query()
 	for rows.Next() {
-		var (
-			ak       accountKey
-			currency *string
-			balance  *int64
-		)
-		if err := rows.Scan(&ak.merchant, &ak.id, &currency, &balance); err != nil {
+		a := &payment.Account{}
+		if err := rows.Scan(&a.MerchantID, &a.ID, &a.Currency, &a.Balance); err != nil {
 			rows.Close()
 			return r, fmt.Errorf("lock accounts: %w", err)
 		}
-		if currency == nil {
-			r.busy[ak] = true
-			continue
-		}
-		r.accounts[ak] = &payment.Account{MerchantID: ak.merchant, ID: ak.id, Currency: *currency, Balance: *balance}
+		r.accounts[accountKey{a.MerchantID, a.ID}] = a
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return r, fmt.Errorf("lock accounts: %w", err)
 	}
 	return r, nil
+}
+
+// findBusy fills r.busy after a batch's round trip 1: of the accounts its
+// members wanted locked (their keys held here and not stored), those that
+// did not come back either do not exist (404) or are locked by another
+// transaction, skipped. One more round trip tells which, only when there are
+// any.
+func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, r *lockResult) error {
+	var merchants, ids []pgtype.UUID
+	seen := make(map[accountKey]bool)
+	for i, req := range reqs {
+		ak := accountKey{req.Key.MerchantID, req.Charge.AccountID}
+		if !r.keys[i] || (r.stored[i].found && !r.stored[i].expired) || r.accounts[ak] != nil || seen[ak] {
+			continue
+		}
+		seen[ak] = true
+		merchants, ids = append(merchants, pgUUID(ak.merchant)), append(ids, pgUUID(ak.id))
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, _ := conn.Query(ctx, existingAccountsSQL, merchants, ids)
+	defer rows.Close()
+	for rows.Next() {
+		var ak accountKey
+		if err := rows.Scan(&ak.merchant, &ak.id); err != nil {
+			return fmt.Errorf("find busy accounts: %w", err)
+		}
+		r.busy[ak] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("find busy accounts: %w", err)
+	}
+	return nil
 }
 
 // parseBools reads a PostgreSQL boolean array's text, such as {t,f,t}.
