@@ -737,6 +737,9 @@ mkdir -p "$(dirname "$report")"
 # The section make bench-sync writes (scripts/bench-sync.sh) is measured by a
 # run of its own, on the HA cluster: carried over as it is, at the end.
 sync_section=$(sed -n '/^<!-- bench-sync:begin -->$/,/^<!-- bench-sync:end -->$/p' "$report" 2>/dev/null || true)
+# Sections measured by hand for one issue (each names its command) sit between
+# <!-- kept:begin --> and <!-- kept:end -->: carried over as they are.
+kept_sections=$(sed -n '/^<!-- kept:begin -->$/,/^<!-- kept:end -->$/p' "$report" 2>/dev/null || true)
 {
 	cat <<EOF
 # Benchmarks
@@ -1106,6 +1109,7 @@ EOF
 			printf '    %s: %s\n' "$s" "$(grep "\"scenario\":\"$s\"" "$results" | sed -n 's/.*"mismatches":\(\[.*\]\).*/\1/p' | cut -c1-2000)"
 		done
 	fi
+	if [ -n "$kept_sections" ]; then printf '\n%s\n' "$kept_sections"; fi
 	if [ -n "$sync_section" ]; then printf '\n%s\n' "$sync_section"; fi
 } >"$report"
 
