@@ -371,7 +371,7 @@ func (s *ChargePath) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequ
 	b.Queue("BEGIN")
 	b.Queue(planSQL)
 	waiting := mode.key || mode.accounts
-	left := time.Until(mode.deadline).Milliseconds()
+	left := (time.Until(mode.deadline) + time.Millisecond - 1).Milliseconds() // rounded up: never before the deadline
 	if waiting {
 		b.Queue(lockTimeoutSQL, left)
 	}
