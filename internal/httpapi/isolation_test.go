@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -267,7 +266,8 @@ func TestRetryOfInFlightTwinWaitsAlone(t *testing.T) {
 }
 
 // TestAbandonedChargeIsNot500: a charge whose client leaves while its batch
-// runs (queued behind a slow one, here slowed by a trigger) is answered 503,
+// runs (queued behind a slow one, here slowed by a trigger, so its batch runs
+// on another goroutine) is answered 503,
 // the outcome unknown to the client, never 500 "nothing was changed": it
 // commits, and its retry replays the 201. The departure is not logged as a
 // failure of the service.
@@ -284,17 +284,27 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	go func() {
 		first <- f.postAll(5*time.Second, []*http.Request{f.request(http.MethodPost, "/v1/charges", uuid.NewString(), chargeBody(acct, 7))})[0]
 	}()
-	time.Sleep(150 * time.Millisecond) // the first batch runs; the next charge queues behind it
+	waitFor(t, "the first charge's batch to run", func() bool { return f.store.ChargeStats().BatchAge > 0 })
 	key := uuid.NewString()
-	// Its batch starts after about 0.5 s and runs 0.5 s: the client leaves
-	// in the middle.
-	gone := f.postAll(800*time.Millisecond, []*http.Request{f.request(http.MethodPost, "/v1/charges", key, chargeBody(acct, 7))})[0]
-	var uerr *url.Error
-	if !errors.As(gone.err, &uerr) || !uerr.Timeout() {
-		t.Fatalf("the leaving client got %v %d, want its own timeout", gone.err, gone.status)
-	}
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(f.request(http.MethodPost, "/v1/charges", key, chargeBody(acct, 7)).WithContext(ctx))
+		if err == nil {
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	waitFor(t, "the second charge to queue", func() bool { return f.store.ChargeStats().Queued > 0 })
 	if a := <-first; a.err != nil || a.status != http.StatusCreated {
 		t.Fatalf("the first charge: %v %d", a.err, a.status)
+	}
+	// The second's batch left before the first was answered; it runs 0.5 s.
+	time.Sleep(100 * time.Millisecond)
+	leave()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the leaving client got %v, want its own cancellation", err)
 	}
 	time.Sleep(time.Second) // the departed charge's batch ends
 	metrics := f.scrape()
@@ -313,6 +323,16 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	}
 	if b := f.balance(acct); b != 986 {
 		t.Errorf("balance %d, want 986", b)
+	}
+}
+
+// waitFor waits up to 10 s for cond, failing t with what it waited for.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
 	}
 }
 
