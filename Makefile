@@ -40,6 +40,15 @@ profile: ## CPU profile of the service under the fresh-charge load (PROFILE_SECO
 bench: ## Load-test scratch services (before/after group commit) against pg-reference; writes docs/benchmarks.md and its PNGs
 	GO=$(GO) ./scripts/bench.sh
 
+# make bench-pair: one change measured against the build before it (PAIR_A, a
+# git rev, default HEAD~1; PAIR_B default the working tree), fresh charges with
+# the relay on and off, alternating, pg-reference each round, and the CPU per
+# charge of the machine, the service, PostgreSQL, nats-server and the load
+# generator (paymentsbench -cpu). About 4 minutes; prints a table.
+.PHONY: bench-pair
+bench-pair: ## Paired fresh-charge bench of two builds (PAIR_A, PAIR_B), relay on and off, CPU per charge by part
+	GO=$(GO) ./scripts/bench-pair.sh
+
 # make bench-sync: the cost of synchronous replication (issue 15). Starts the
 # HA cluster if needed (and leaves it running), then compares fresh charges on
 # it (sync standby; then synchronous_commit=local) with the single server on

@@ -46,6 +46,7 @@ type config struct {
 	// servicePID, when set, is the service's process: its CPU time over the
 	// measured run is reported (Linux /proc).
 	servicePID int
+	cpu        bool
 	// heldKey, when set, is a key another party holds in flight: one extra
 	// client keeps retrying a charge with it during the measured run.
 	heldKey string
@@ -78,6 +79,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.BoolVar(&c.json, "json", false, "print each scenario as one JSON object per line")
 	fs.StringVar(&c.runID, "run-id", "", "prefix of every Idempotency-Key (default: random), so runs never share keys")
 	fs.IntVar(&c.servicePID, "service-pid", 0, "process id of the service (same machine): report its CPU time over the measured run, from /proc/PID/stat")
+	fs.BoolVar(&c.cpu, "cpu", false, "report the CPU time over each measured run of the machine, the service (-service-pid), PostgreSQL, nats-server and paymentsbench, from /proc")
 	fs.StringVar(&c.heldKey, "held-key", "", "an Idempotency-Key held in flight elsewhere: one extra client keeps retrying a charge with it on the first account during the run; its answers are counted apart")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

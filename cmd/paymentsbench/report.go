@@ -51,6 +51,11 @@ type result struct {
 	// ServiceCPUTicks is the service's user plus system CPU time over the
 	// measured run, in clock ticks (getconf CLK_TCK); only with -service-pid.
 	ServiceCPUTicks *int64 `json:"service_cpu_ticks,omitempty"`
+	// CPUTicks is the CPU time over the measured run, in clock ticks, of the
+	// machine (every CPU, busy), the service (with -service-pid), PostgreSQL
+	// (every postgres process), nats-server and paymentsbench itself; only
+	// with -cpu.
+	CPUTicks map[string]int64 `json:"cpu_ticks,omitempty"`
 	// HeldKeyStatuses counts the answers to the -held-key client by status
 	// ("none": no answer); they are not in the figures above.
 	HeldKeyStatuses map[string]int64 `json:"held_key_statuses,omitempty"`
@@ -115,6 +120,10 @@ func (r result) writeText(w io.Writer) error {
 	fmt.Fprintf(&b, "  in use    %d (409 idempotency-key-in-use)\n", r.InUse)
 	fmt.Fprintf(&b, "  errors    %d %s\n", r.ErrorCount, counts(r.Errors))
 	fmt.Fprintf(&b, "  settled   %d keys resent after the run for a final answer\n", r.Settled)
+	if r.CPUTicks != nil {
+		fmt.Fprintf(&b, "  cpu       clock ticks over the run: machine %d, service %d, postgres %d, nats-server %d, paymentsbench %d\n",
+			r.CPUTicks["machine"], r.CPUTicks["service"], r.CPUTicks["postgres"], r.CPUTicks["nats-server"], r.CPUTicks["paymentsbench"])
+	}
 	if r.ServiceCPUTicks != nil {
 		fmt.Fprintf(&b, "  service   %d clock ticks of CPU (user + system) over the run\n", *r.ServiceCPUTicks)
 	}

@@ -68,6 +68,12 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 			return result{}, err
 		}
 	}
+	var machine0 cpuSample
+	if cfg.cpu {
+		if machine0, err = sampleCPU(); err != nil {
+			return result{}, fmt.Errorf("-cpu: %w", err)
+		}
+	}
 	held := startHeldKey(ctx, cl, cfg, accounts[0], led)
 	st := drive(ctx, cl, load, cfg, led)
 	var cpu *int64
@@ -78,6 +84,14 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 		}
 		d := cpu1 - cpu0
 		cpu = &d
+	}
+	var cpuTicks map[string]int64
+	if cfg.cpu {
+		machine1, err := sampleCPU()
+		if err != nil {
+			return result{}, fmt.Errorf("-cpu: %w", err)
+		}
+		cpuTicks = cpuBetween(machine0, machine1, cfg.servicePID)
 	}
 	heldStatuses := held.stop()
 	if err := ctx.Err(); err != nil {
@@ -93,6 +107,6 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 	}
 	v := led.verify(balances)
 	res := newResult(name, cfg.clients, st, settled, v)
-	res.ServiceCPUTicks, res.HeldKeyStatuses = cpu, heldStatuses
+	res.ServiceCPUTicks, res.CPUTicks, res.HeldKeyStatuses = cpu, cpuTicks, heldStatuses
 	return res, nil
 }

@@ -58,7 +58,7 @@ func waitDrained(t *testing.T, ctx context.Context, db *pgxpool.Pool) {
 	deadline := time.Now().Add(bound)
 	for {
 		var left int
-		must(t, db.QueryRow(ctx, `SELECT count(*) FROM events WHERE published_at IS NULL`).Scan(&left), "count unpublished")
+		must(t, db.QueryRow(ctx, `SELECT count(*) FROM unpublished_events`).Scan(&left), "count unpublished")
 		if left == 0 {
 			return
 		}

@@ -40,11 +40,13 @@ type Outbox interface {
 type OutboxLease interface {
 	// Unpublished returns up to limit events not yet published, in feed order.
 	Unpublished(ctx context.Context, limit int) ([]OutboxEvent, error)
-	// MarkPublished records that the broker stored these events.
+	// MarkPublished records that the broker stored these events: a prefix,
+	// in order, of what Unpublished last returned.
 	MarkPublished(ctx context.Context, events []OutboxEvent) error
 	// Wait returns when events may have committed, or after d.
 	Wait(ctx context.Context, d time.Duration) error
-	// Prune deletes up to batch events published longer than retention ago.
+	// Prune deletes up to batch published events created longer than
+	// retention ago.
 	Prune(ctx context.Context, retention time.Duration, batch int) (int64, error)
 	// Close gives the lease up.
 	Close()

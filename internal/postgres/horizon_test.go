@@ -392,7 +392,7 @@ func TestFeedUnderRandomInterleaving(t *testing.T) {
 	// Everything has ended: the readers catch up, then stop.
 	deadline := time.Now().Add(10 * time.Second)
 	total := countOf(t, s, `SELECT count(*) FROM events WHERE merchant_id = $1`, merchant)
-	for countOf(t, s, `SELECT count(*) FROM events WHERE published_at IS NULL`) > 0 || feedRead.Load() < int64(total) {
+	for countOf(t, s, `SELECT count(*) FROM unpublished_events`) > 0 || feedRead.Load() < int64(total) {
 		if time.Now().After(deadline) {
 			break // the comparison below says what is missing
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/internal/payment"
@@ -22,10 +23,27 @@ const notifyChannel = "payments_events"
 // a dedicated connection holding a session advisory lock and listening for new
 // events. If the connection dies, PostgreSQL releases the lock and a standby
 // takes over.
+//
+// What has been published is a cursor (migration 0008): the position in feed
+// order of the last event published, one row that only the lease holder
+// writes, once per published batch. Events are never written after their
+// insert.
 type OutboxLease struct {
 	conn       *pgx.Conn
 	commitWait time.Duration
+	cursor     position   // the last event published
+	read       []position // the positions of what Unpublished last returned
 }
+
+// position is an event's place in feed order.
+type position struct {
+	txID pgtype.Uint64 // xid8
+	seq  int64
+	id   uuid.UUID
+}
+
+// relayStream names the relay's row of outbox_cursor.
+const relayStream = "relay"
 
 // ClaimOutbox tries to become the relay leader. It returns
 // payment.ErrNotLeader when another process holds the lease, and
@@ -48,7 +66,14 @@ func (s *Outbox) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
 		_ = conn.Close(ctx)
 		return nil, asUnavailable(fmt.Errorf("listen for events: %w", err))
 	}
-	return &OutboxLease{conn: conn, commitWait: s.opts.CommitWait}, nil
+	l := &OutboxLease{conn: conn, commitWait: s.opts.CommitWait}
+	// Read after the lock is held: no other relay moves it from now on.
+	if err := conn.QueryRow(ctx, `SELECT tx_id, seq FROM outbox_cursor WHERE stream = $1`, relayStream).
+		Scan(&l.cursor.txID, &l.cursor.seq); err != nil {
+		_ = conn.Close(ctx)
+		return nil, asUnavailable(fmt.Errorf("read the outbox cursor: %w", err))
+	}
+	return l, nil
 }
 
 // Close gives the lease up.
@@ -58,13 +83,14 @@ func (l *OutboxLease) Close() {
 	_ = l.conn.Close(ctx) // closing the session releases the lock
 }
 
-// unpublishedSQL reads the oldest unpublished events below the event horizon
-// ($2, read by the statement before: horizon.go) in feed order (see migration
-// 0002): a slow transaction's events are never overtaken and then forgotten.
+// unpublishedSQL reads the events after the cursor ($3, $4) and below the
+// event horizon ($2, read by the statement before: horizon.go) in feed order
+// (see migration 0002): a slow transaction's events are never overtaken and
+// then forgotten, since none can appear below the horizon, behind the cursor.
 const unpublishedSQL = `
-SELECT merchant_id, id, type, payload, created_at
+SELECT merchant_id, id, type, payload, created_at, tx_id, seq
 FROM events
-WHERE published_at IS NULL
+WHERE (tx_id, seq) > ($3::xid8, $4::bigint)
   AND tx_id < $2::xid8
 ORDER BY tx_id, seq
 LIMIT $1`
@@ -75,13 +101,17 @@ func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.Out
 	if err != nil {
 		return nil, err
 	}
-	rows, err := l.conn.Query(ctx, unpublishedSQL, limit, h.xid)
+	rows, err := l.conn.Query(ctx, unpublishedSQL, limit, h.xid, l.cursor.txID, l.cursor.seq)
 	if err != nil {
 		return nil, asUnavailable(fmt.Errorf("select unpublished events: %w", err))
 	}
+	l.read = l.read[:0]
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.OutboxEvent, error) {
 		var e payment.OutboxEvent
-		err := row.Scan(&e.MerchantID, &e.ID, &e.Type, &e.Data, &e.CreatedAt)
+		var p position
+		err := row.Scan(&e.MerchantID, &e.ID, &e.Type, &e.Data, &e.CreatedAt, &p.txID, &p.seq)
+		p.id = e.ID
+		l.read = append(l.read, p)
 		return e, err
 	})
 	if err != nil {
@@ -96,21 +126,32 @@ func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.Out
 	return events, nil
 }
 
+// markPublishedSQL moves the cursor forward, never back.
 const markPublishedSQL = `
-UPDATE events e SET published_at = now()
-FROM unnest($1::uuid[], $2::uuid[]) AS p (merchant_id, id)
-WHERE e.merchant_id = p.merchant_id AND e.id = p.id`
+UPDATE outbox_cursor SET tx_id = $2::xid8, seq = $3::bigint, moved_at = now()
+WHERE stream = $1 AND (tx_id, seq) < ($2::xid8, $3::bigint)`
 
-// MarkPublished records that the broker has the events.
+// MarkPublished records that the broker has the events: a prefix, in order,
+// of what Unpublished last returned. It moves the cursor to the last of them,
+// one write however many they are.
 func (l *OutboxLease) MarkPublished(ctx context.Context, events []payment.OutboxEvent) error {
-	merchants := make([]uuid.UUID, len(events))
-	ids := make([]uuid.UUID, len(events))
-	for i, e := range events {
-		merchants[i], ids[i] = e.MerchantID, e.ID
+	if len(events) == 0 {
+		return nil
 	}
-	if _, err := l.conn.Exec(ctx, markPublishedSQL, merchants, ids); err != nil {
+	if len(events) > len(l.read) {
+		return fmt.Errorf("mark %d events published: only %d were read", len(events), len(l.read))
+	}
+	for i, e := range events {
+		if e.ID != l.read[i].id {
+			return fmt.Errorf("mark events published: event %d is not the one read there", i)
+		}
+	}
+	last := l.read[len(events)-1]
+	if _, err := l.conn.Exec(ctx, markPublishedSQL, relayStream, last.txID, last.seq); err != nil {
 		return asUnavailable(fmt.Errorf("mark events published: %w", err))
 	}
+	l.cursor = last
+	l.read = l.read[:copy(l.read, l.read[len(events):])]
 	return nil
 }
 
@@ -129,20 +170,28 @@ func (l *OutboxLease) Wait(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// pruneSQL deletes a bounded batch of events published longer ago than the
-// retention, so pruning never holds long locks or bloats one transaction.
+// pruneSQL deletes a bounded batch of the oldest events in feed order, at or
+// behind the cursor ($3, $4), that were created longer ago than the
+// retention, so pruning never holds long locks, never bloats one transaction
+// and never touches an event still to be read. It walks the order index from
+// its start and stops at the first event not old enough (an older one behind
+// it goes next time).
 const pruneSQL = `
 DELETE FROM events
 WHERE (merchant_id, id) IN (
-    SELECT merchant_id, id FROM events
-    WHERE published_at < now() - $1::interval
-    LIMIT $2
+    SELECT merchant_id, id FROM (
+        SELECT merchant_id, id, created_at FROM events
+        WHERE (tx_id, seq) <= ($3::xid8, $4::bigint)
+        ORDER BY tx_id, seq
+        LIMIT $2
+    ) AS oldest
+    WHERE created_at < now() - $1::interval
 )`
 
-// Prune deletes up to batch events published more than retention ago and
-// reports how many it deleted.
+// Prune deletes up to batch published events created more than retention
+// ago and reports how many it deleted.
 func (l *OutboxLease) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {
-	tag, err := l.conn.Exec(ctx, pruneSQL, retention, batch)
+	tag, err := l.conn.Exec(ctx, pruneSQL, retention, batch, l.cursor.txID, l.cursor.seq)
 	if err != nil {
 		return 0, asUnavailable(fmt.Errorf("prune events: %w", err))
 	}
@@ -157,7 +206,7 @@ func (s *Outbox) Backlog(ctx context.Context) (count int64, oldest time.Duration
 
 const backlogSQL = `
 SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
-FROM events WHERE published_at IS NULL`
+FROM unpublished_events`
 
 func backlog(ctx context.Context, q rowQuerier) (count int64, oldest time.Duration, err error) {
 	var age *float64
@@ -206,10 +255,10 @@ type OutboxState struct {
 
 // heldSQL is the age of the oldest committed event at or above the horizon
 // ($1, read by the statement before). The relay has not published it (it
-// cannot), so the partial index of unpublished events finds it.
+// cannot): it is after the cursor.
 const heldSQL = `
 SELECT extract(epoch FROM now() - min(created_at))::float8
-FROM events WHERE published_at IS NULL AND tx_id >= $1::xid8`
+FROM unpublished_events WHERE tx_id >= $1::xid8`
 
 // Outbox reads the backlog and what holds the event horizon back, on the
 // monitor's connection.

@@ -30,6 +30,11 @@ var undistributed = map[string]struct {
 	// written on create and revoke and, per key, at most once a minute
 	// (last_used_at).
 	"api_keys": {"reference", "looked up by hash and by key id before the merchant is known"},
+	// The relay's position in feed order (migration 0008), one row per
+	// relay stream, written by the lease holder once per published batch.
+	// Feed order is by transaction id, which is per node: on Citus each
+	// worker group would have its relay and its own row (see docs/scaling.md).
+	"outbox_cursor": {"local", "the relay's position in feed order, one row per relay; per worker group on Citus"},
 	// golang-migrate's bookkeeping (version, dirty), one row. Migrations run
 	// against the coordinator, and nothing of the service reads it.
 	"schema_migrations": {"local", "golang-migrate's version row, read only by migrate on the coordinator"},

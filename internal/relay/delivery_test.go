@@ -80,7 +80,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
-	if n := e.count(`SELECT count(*) FROM events WHERE published_at IS NULL`); n != charges {
+	if n := e.count(`SELECT count(*) FROM unpublished_events`); n != charges {
 		t.Fatalf("%d unpublished events while NATS is down, want %d", n, charges)
 	}
 
@@ -218,7 +218,7 @@ func TestCrashBetweenPublishAndMarkIsDeduplicated(t *testing.T) {
 	if err := stop(); err == nil || crashed.Stats.Published.Load() != int64(events) {
 		t.Fatalf("the crashed relay published %d events and returned %v; want %d and an error", crashed.Stats.Published.Load(), err, events)
 	}
-	if n := e.count(`SELECT count(*) FROM events WHERE published_at IS NULL`); n != events {
+	if n := e.count(`SELECT count(*) FROM unpublished_events`); n != events {
 		t.Fatalf("%d unpublished events after the crash, want %d", n, events)
 	}
 
@@ -358,7 +358,7 @@ func TestPublishedEventsArePrunedAfterRetention(t *testing.T) {
 	}
 	// Age five of the seven published events past the 30-day retention.
 	if _, err := e.store.Pool().Exec(context.Background(), `
-UPDATE events SET published_at = now() - interval '31 days'
+UPDATE events SET created_at = now() - interval '31 days'
 WHERE id IN (SELECT id FROM events ORDER BY tx_id, seq LIMIT 5)`); err != nil {
 		t.Fatal(err)
 	}

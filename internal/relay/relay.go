@@ -1,9 +1,9 @@
 // Package relay delivers the outbox to NATS JetStream: it publishes committed
 // events in order, each with Nats-Msg-Id set to the event id so the broker
-// drops a republished duplicate, and marks them published.
+// drops a republished duplicate, and moves the outbox's cursor past them.
 //
 // Delivery is at least once from the relay (an event published but not yet
-// marked is published again after a crash) and effectively once downstream:
+// behind the cursor is published again after a crash) and effectively once downstream:
 // JetStream drops the duplicate within its duplicate window, and consumers
 // deduplicate by event id (see package consumer).
 //
@@ -43,8 +43,9 @@ type Options struct {
 	// Poll is how long the leader waits for a notification before looking
 	// anyway (default 1s), and how often a standby tries to take over.
 	Poll time.Duration
-	// Retention is how long published events are kept before pruning
-	// (default 30 days); PruneBatch bounds one delete (default 1000).
+	// Retention is how long after its creation a published event is kept
+	// before pruning (default 30 days); PruneBatch bounds one delete
+	// (default 1000).
 	Retention  time.Duration
 	PruneBatch int
 	// MaxBackoff caps the wait between attempts while NATS or the database is

@@ -177,7 +177,7 @@ func (e *env) waitUntil(what string, cond func() bool) {
 }
 
 func (e *env) drained() bool {
-	return e.count(`SELECT count(*) FROM events WHERE published_at IS NULL`) == 0
+	return e.count(`SELECT count(*) FROM unpublished_events`) == 0
 }
 
 // readable counts the unpublished events the relay can read: those of
@@ -185,8 +185,8 @@ func (e *env) drained() bool {
 // (any database's, other tests' included), as in postgres.unpublishedSQL.
 func (e *env) readable() int {
 	e.t.Helper()
-	return e.count(`SELECT count(*) FROM events
-WHERE published_at IS NULL AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`)
+	return e.count(`SELECT count(*) FROM unpublished_events
+WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())`)
 }
 
 // jetStream opens a JetStream client of its own on the test's broker.
@@ -247,10 +247,11 @@ func (e *env) feedOrder() []string {
 	return e.eventIDs("TRUE")
 }
 
-// unpublished returns the ids of the events not marked published, in feed order.
+// unpublished returns the ids of the events after the relay's cursor, in feed
+// order.
 func (e *env) unpublished() []string {
 	e.t.Helper()
-	return e.eventIDs("published_at IS NULL")
+	return e.eventIDs("(tx_id, seq) > (SELECT tx_id, seq FROM outbox_cursor WHERE stream = 'relay')")
 }
 
 // eventIDs returns the ids of the events matching the SQL condition where, in

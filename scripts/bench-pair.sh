@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# bench-pair.sh: fresh charges of two builds of the service, paired in one run
+# (make bench-pair; issue 24's measurements of one change at a time).
+#
+#   PAIR_A=<git rev> PAIR_B=<git rev> scripts/bench-pair.sh
+#
+# Each build (default: A the commit before HEAD, B the working tree) is built
+# into bin/pair-{A,B}. In every round, A then B and then B then A (so neither
+# side always goes first), each with the relay on (publishing to the local
+# NATS, as shipped) and off: a new database migrated by that build, a merchant,
+# `payments serve`, a CHECKPOINT, then paymentsbench's fresh scenario (16
+# clients over 1,000 accounts, 10 s) with -cpu. pg-reference runs once a round
+# beside them. Prints one line per measurement and then the medians: charges/s,
+# × pg-reference, p50, and CPU per charge (ms) of the machine, the service,
+# PostgreSQL, nats-server and the load generator.
+#
+# PAIR_A_ENV and PAIR_B_ENV add settings to one side's service (for example
+# PAIR_B_ENV="CHARGE_BATCHES=2" with PAIR_A=HEAD PAIR_B=HEAD compares a setting).
+# PAIR_ROUNDS (3), PAIR_SECONDS (10), PAIR_CLIENTS (16), PAIR_ACCOUNTS (1000),
+# PAIR_RELAY ("on off"), PAIR_OUT (a temporary directory: every JSON line and
+# log) tune it. Needs PostgreSQL (PAYMENTS_TEST_DATABASE_URL or the local
+# server) and, with the relay on, NATS at NATS_URL (nats://127.0.0.1:4222).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf 'bench-pair: %s\n' "$*" >&2; }
+die() { say "$@"; exit 1; }
+
+admin=${PAYMENTS_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+rounds=${PAIR_ROUNDS:-3} seconds=${PAIR_SECONDS:-10} clients=${PAIR_CLIENTS:-16}
+accounts=${PAIR_ACCOUNTS:-1000} relays=${PAIR_RELAY:-on off}
+out=${PAIR_OUT:-$(mktemp -d /tmp/bench-pair.XXXXXX)}
+mkdir -p "$out" bin
+export NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
+shared=$(cd .. && pwd)/shared
+[ -x "$shared/bench/pg-reference" ] || shared=/work/shared
+tck=$(getconf CLK_TCK)
+
+build() { # build SIDE REV: bin/pair-SIDE from REV ("" = the working tree)
+	local side=$1 rev=$2
+	if [ -z "$rev" ]; then
+		"${GO:-go}" build -o "bin/pair-$side" ./cmd/payments
+		return
+	fi
+	local tree
+	tree=$(mktemp -d)
+	git archive "$rev" | tar -x -C "$tree"
+	(cd "$tree" && "${GO:-go}" build -o "$OLDPWD/bin/pair-$side" ./cmd/payments)
+	rm -rf "$tree"
+}
+a_rev=${PAIR_A-$(git rev-parse --short HEAD~1)} b_rev=${PAIR_B-}
+say "A = ${a_rev:-working tree} ${PAIR_A_ENV:-}, B = ${b_rev:-working tree} ${PAIR_B_ENV:-}; results in $out"
+build A "$a_rev"
+build B "$b_rev"
+"${GO:-go}" build -o bin/paymentsbench ./cmd/paymentsbench
+
+server_pid=''
+db=''
+cleanup() {
+	[ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+	[ -n "$db" ] && psql -qX "$admin" -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1
+	return 0
+}
+trap cleanup EXIT
+
+# measure SIDE RELAY ROUND: one measurement, one JSON line into $out/SIDE-RELAY.jsonl.
+measure() {
+	local side=$1 relay=$2 round=$3 base query url creds key log addr
+	db=bench_pair_$$_${side}_${relay}_$round
+	psql -qX "$admin" -c "CREATE DATABASE $db TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'" >/dev/null
+	base=${admin%%\?*} query=${admin#"$base"}
+	[[ $query == "$admin" ]] && query=
+	url="${base%/*}/$db$query"
+	DATABASE_URL=$url "bin/pair-$side" migrate up >/dev/null
+	creds=$(DATABASE_URL=$url "bin/pair-$side" merchants create --name bench)
+	key=$(sed -n 's/.*"api_key": *"\([^"]*\)".*/\1/p' <<<"$creds")
+	[ -n "$key" ] || die "no api key in: $creds"
+	log=$out/$side-$relay-$round.log
+	local relay_env=true
+	[ "$relay" = off ] && relay_env=false
+	local side_env=PAIR_${side}_ENV
+	# shellcheck disable=SC2086 # the settings are words
+	env DATABASE_URL="$url" HTTP_ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 RELAY_ENABLED=$relay_env LOG_LEVEL=warn ${!side_env:-} \
+		"bin/pair-$side" serve >"$log" 2>&1 &
+	server_pid=$!
+	addr=''
+	for _ in $(seq 100); do
+		addr=$(sed -n 's/.*"msg":"listening".*"addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
+		[ -n "$addr" ] && break
+		sleep 0.1
+	done
+	[ -n "$addr" ] || die "payments serve did not start: $(tail -n 5 "$log")"
+	psql -qX "$admin" -c CHECKPOINT >/dev/null
+	bin/paymentsbench -url "http://$addr" -api-key "$key" -c "$clients" -d "${seconds}s" -accounts "$accounts" \
+		-scenarios fresh -json -cpu -service-pid "$server_pid" -run-id "$side$relay$round" |
+		sed "s/^{/{\"side\":\"$side\",\"relay\":\"$relay\",\"round\":$round,/" >>"$out/$side-$relay.jsonl"
+	kill -TERM "$server_pid"
+	wait "$server_pid" 2>/dev/null || true
+	server_pid=''
+	psql -qX "$admin" -c "DROP DATABASE $db" >/dev/null
+	db=''
+	tail -n 1 "$out/$side-$relay.jsonl" | jq -r --argjson tck "$tck" \
+		'"\(.side) relay \(.relay) round \(.round): \(.charges_per_s) charges/s, p50 \(.p50_ms) ms, machine \(1000 * .cpu_ticks.machine / $tck / .charges * 1000 | round / 1000) ms/charge"' >&2
+}
+
+: >"$out/pg-reference.txt"
+for round in $(seq "$rounds"); do
+	order="A B"
+	[ $((round % 2)) = 0 ] && order="B A"
+	for side in $order; do
+		for relay in $relays; do
+			measure "$side" "$relay" "$round"
+		done
+	done
+	"$shared/bench/pg-reference" -c "$clients" -T "$seconds" -d "$admin" | sed -n 's/^reference_tps=//p' >>"$out/pg-reference.txt"
+	say "round $round: pg-reference $(tail -n 1 "$out/pg-reference.txt") tps"
+done
+
+ref=$(sort -n "$out/pg-reference.txt" | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
+printf '\npg-reference median: %s tps (%s clients, %s s)\n\n' "$ref" "$clients" "$seconds"
+printf '| side | relay | charges/s | × pg-reference | p50 ms | CPU ms per charge: machine | service | postgres | nats-server | load generator |\n'
+printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+for side in A B; do
+	for relay in $relays; do
+		jq -s -r --argjson tck "$tck" --argjson ref "$ref" --arg side "$side" --arg relay "$relay" '
+			def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+			def ms(part): map(1000 * (.cpu_ticks[part] // 0) / $tck / .charges) | median * 1000 | round / 1000;
+			(map(.charges_per_s) | median) as $cps |
+			"| \($side) | \($relay) | \($cps) | \($cps / $ref * 100 | round / 100) | \(map(.p50_ms) | median) | \(ms("machine")) | \(ms("service")) | \(ms("postgres")) | \(ms("nats-server")) | \(ms("paymentsbench")) |"
+		' "$out/$side-$relay.jsonl"
+	done
+done
