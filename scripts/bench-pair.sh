@@ -79,7 +79,7 @@ measure() {
 	[ "$relay" = off ] && relay_env=false
 	local side_env=PAIR_${side}_ENV
 	# shellcheck disable=SC2086 # the settings are words
-	env DATABASE_URL="$url" HTTP_ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 RELAY_ENABLED=$relay_env LOG_LEVEL=warn ${!side_env:-} \
+	env DATABASE_URL="$url" HTTP_ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 RELAY_ENABLED=$relay_env ${!side_env:-} \
 		"bin/pair-$side" serve >"$log" 2>&1 &
 	server_pid=$!
 	addr=''
