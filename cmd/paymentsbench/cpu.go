@@ -39,7 +39,7 @@ func sampleCPU() (cpuSample, error) {
 		return s, err
 	}
 	for _, path := range dirs {
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile(path) //nolint:gosec // a /proc/PID/stat path from the Glob above
 		if err != nil {
 			continue // ended meanwhile
 		}
@@ -101,10 +101,10 @@ func cpuBetween(a, b cpuSample, service int) map[string]int64 {
 		if a.procs[pid].name != p.name {
 			d = p.ticks // a new process under a reused pid
 		}
-		switch {
-		case pid == service:
+		switch pid {
+		case service:
 			out["service"] += d
-		case pid == self:
+		case self:
 			out["paymentsbench"] += d
 		default:
 			for _, n := range cpuNames {
