@@ -34,6 +34,25 @@ export NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
 shared=$(cd .. && pwd)/shared
 [ -x "$shared/bench/pg-reference" ] || shared=/work/shared
 tck=$(getconf CLK_TCK)
+# busy_ticks: the machine's CPU time so far, all CPUs, but for idle and iowait.
+busy_ticks() { awk 'NR == 1 { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
+# pgbench_window: the machine's busy ticks and the milliseconds between the
+# first and the last look (every 0.2 s) that found pgbench running: the
+# steady part of a pg-reference run, without its scratch database's setup.
+pgbench_window() {
+	local b0='' t0='' b1=0 t1=0 b t
+	for _ in $(seq 600); do
+		if pgrep -x pgbench >/dev/null; then
+			b=$(busy_ticks) t=$(date +%s%3N)
+			[ -z "$b0" ] && b0=$b t0=$t
+			b1=$b t1=$t
+		elif [ -n "$b0" ]; then
+			break
+		fi
+		sleep 0.2
+	done
+	echo "$((b1 - ${b0:-0})) $((t1 - ${t0:-0}))"
+}
 
 build() { # build SIDE REV: bin/pair-SIDE from REV ("" = the working tree)
 	local side=$1 rev=$2
@@ -111,12 +130,19 @@ for round in $(seq "$rounds"); do
 			measure "$side" "$relay" "$round"
 		done
 	done
-	"$shared/bench/pg-reference" -c "$clients" -T "$seconds" -d "$admin" | sed -n 's/^reference_tps=//p' >>"$out/pg-reference.txt"
-	say "round $round: pg-reference $(tail -n 1 "$out/pg-reference.txt") tps"
+	pgbench_window >"$out/window" &
+	tps=$("$shared/bench/pg-reference" -c "$clients" -T "$seconds" -d "$admin" | sed -n 's/^reference_tps=//p')
+	wait
+	read -r ticks ms <"$out/window"
+	# The machine's CPU per reference transaction, pgbench included.
+	echo "$tps $(awk -v b="$ticks" -v t="$tps" -v ms="$ms" -v hz="$tck" 'BEGIN { printf "%.3f", (ms > 0 && t > 0) ? 1000 * b / hz / (t * ms / 1000) : 0 }')" >>"$out/pg-reference.txt"
+	say "round $round: pg-reference $(tail -n 1 "$out/pg-reference.txt") (tps, machine CPU ms per transaction)"
 done
 
-ref=$(sort -n "$out/pg-reference.txt" | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
-printf '\npg-reference median: %s tps (%s clients, %s s)\n\n' "$ref" "$clients" "$seconds"
+median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+ref=$(cut -d' ' -f1 "$out/pg-reference.txt" | median)
+ref_cpu=$(cut -d' ' -f2 "$out/pg-reference.txt" | median)
+printf '\npg-reference median: %s tps, machine CPU %s ms per transaction (%s clients, %s s)\n\n' "$ref" "$ref_cpu" "$clients" "$seconds"
 printf '| side | relay | charges/s | × pg-reference | p50 ms | CPU ms per charge: machine | service | postgres | nats-server | load generator |\n'
 printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 for side in A B; do
@@ -125,7 +151,7 @@ for side in A B; do
 			def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 			def ms(part): map(1000 * (.cpu_ticks[part] // 0) / $tck / .charges) | median * 1000 | round / 1000;
 			(map(.charges_per_s) | median) as $cps |
-			"| \($side) | \($relay) | \($cps) | \($cps / $ref * 100 | round / 100) | \(map(.p50_ms) | median) | \(ms("machine")) | \(ms("service")) | \(ms("postgres")) | \(ms("nats-server")) | \(ms("paymentsbench")) |"
+			"| \($side) | \($relay) | \($cps) | \($cps / $ref * 100 | round / 100) | \(map(.p50_ms) | median * 1000 | round / 1000) | \(ms("machine")) | \(ms("service")) | \(ms("postgres")) | \(ms("nats-server")) | \(ms("paymentsbench")) |"
 		' "$out/$side-$relay.jsonl"
 	done
 done
