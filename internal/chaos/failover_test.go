@@ -93,8 +93,8 @@ func TestFailoverDuringStalledReplication(t *testing.T) {
 			if err := stillThere(leader); err != nil {
 				return err
 			}
-			walsenders := walsenders(processes(leader.dataDir))
-			if len(walsenders) == 0 {
+			stopped := walsenders(processes(leader.dataDir))
+			if len(stopped) == 0 {
 				return fmt.Errorf("%s has no walsender", leader.Name)
 			}
 			watchdog, err := pgx.Connect(ctx, c.memberURL(leader.member))
@@ -102,20 +102,27 @@ func TestFailoverDuringStalledReplication(t *testing.T) {
 				return err
 			}
 			defer watchdog.Close(context.Background())
-			if err := signalAll(walsenders, syscall.SIGSTOP); err != nil {
+			if err := signalAll(stopped, syscall.SIGSTOP); err != nil {
 				return err
 			}
 			// A stopped process ignores everything but SIGKILL: end them,
 			// also on the way out of a failure, or they would outlive
 			// their postmaster and keep it from restarting.
-			defer signalAll(walsenders, syscall.SIGKILL) // best effort
+			defer signalAll(stopped, syscall.SIGKILL) // best effort
+			cancelled, ticks := 0, 0
 			for stall := time.Now(); time.Since(stall) < 3*time.Second; time.Sleep(100 * time.Millisecond) {
-				if _, err := watchdog.Exec(ctx, `
-SELECT pg_cancel_backend(pid) FROM pg_stat_activity
-WHERE wait_event = 'SyncRep' AND application_name = 'payments'`); err != nil {
+				var n int
+				if err := watchdog.QueryRow(ctx, `
+SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
+WHERE wait_event = 'SyncRep' AND application_name = 'payments'`).Scan(&n); err != nil {
 					return fmt.Errorf("cancel the waiting commits: %w", err)
 				}
+				cancelled, ticks = cancelled+n, ticks+1
 			}
+			// What the stall did, for a run where the hazard did not come
+			// (once in eight CI runs no commit was seen waiting).
+			t.Logf("the stall: %d commits cancelled while waiting for the standby, over %d looks; walsenders stopped %v, there at its end %v",
+				cancelled, ticks, pids(stopped), pids(walsenders(processes(leader.dataDir))))
 			took, err := killServer(leader, true)
 			if err != nil {
 				return err
@@ -149,6 +156,15 @@ func walsenders(procs []proc) []proc {
 		if err == nil && bytes.Contains(cmd, []byte("walsender")) {
 			out = append(out, p)
 		}
+	}
+	return out
+}
+
+// pids lists the processes' ids.
+func pids(procs []proc) []int {
+	out := make([]int, len(procs))
+	for i, p := range procs {
+		out[i] = p.pid
 	}
 	return out
 }
