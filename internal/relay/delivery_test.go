@@ -365,6 +365,14 @@ WHERE id IN (SELECT id FROM events ORDER BY tx_id, seq LIMIT 5)`); err != nil {
 	e.charge(acct, 1) // one more, unpublished until the next relay runs
 
 	r, _ := e.startRelay()
+	defer func() {
+		if t.Failed() { // what the relay got to (it failed once in CI, not since)
+			t.Logf("the relay: leader %t, published %d, duplicates %d, pruned %d; %d events, %d unpublished, the old ones %d",
+				r.Stats.Leader.Load(), r.Stats.Published.Load(), r.Stats.Duplicates.Load(), r.Stats.Pruned.Load(),
+				e.count(`SELECT count(*) FROM events`), e.count(`SELECT count(*) FROM unpublished_events`),
+				e.count(`SELECT count(*) FROM events WHERE created_at < now() - interval '30 days'`))
+		}
+	}()
 	e.waitUntil("the old events are pruned", func() bool { return r.Stats.Pruned.Load() == 5 })
 	e.waitUntil("the outbox is drained", e.drained)
 	if n := e.count(`SELECT count(*) FROM events`); n != 3 {
