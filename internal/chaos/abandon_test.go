@@ -56,7 +56,9 @@ func TestAbandoningClients(t *testing.T) {
 	// clients charge either, at random. Neither relays, so the two do the
 	// same work and can be measured against each other (below).
 	relayer := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL})
-	waitLogged(t, ctx, relayer, `"msg":"relay is the leader"`)
+	waitFor(t, ctx, "the relay replica to lead", func() bool {
+		return strings.Contains(relayer.logs.String(), `"msg":"relay is the leader"`)
+	})
 	svc := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: []string{"IDEMPOTENCY_WAIT=1s"}})
 	twin := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: []string{"IDEMPOTENCY_WAIT=1s"}})
 	c := newClient(t, m.APIKey, "abandon-key-", func(int) string { return svc.url() })
@@ -202,8 +204,8 @@ func TestAbandoningClients(t *testing.T) {
 	wg.Wait()
 
 	// Afterwards, the normal clients alone again. On a machine whose other
-	// load changes meanwhile (make test runs other packages beside this
-	// one), before and after are not alike; then svc is measured against
+	// load changes meanwhile (a shared CI machine; make test runs this
+	// package after the others, alone), before and after are not alike; then svc is measured against
 	// its twin side by side, at the same time, each on half the accounts, so
 	// that whatever slows the machine slows both. A fresh process is no
 	// yardstick: one started now charges about a tenth faster than any that
@@ -212,7 +214,10 @@ func TestAbandoningClients(t *testing.T) {
 	// checkpoint or an autovacuum that lands in one does not decide it. Five
 	// rounds of twice the measurement's length: with three of one length, the
 	// ratio of two equal processes fell under 0.9 in one CI run of six.
-	waitIdle(t, ctx, svc)
+	waitFor(t, ctx, "the service to go idle after the scenario", func() bool {
+		metrics := scrapeService(t, svc)
+		return !slices.ContainsFunc(idleMetrics, func(line string) bool { return !strings.Contains(metrics, line) })
+	})
 	after := rate(svc.url(), measure)
 	kept := after / before
 	var paired string
@@ -258,7 +263,7 @@ func TestAbandoningClients(t *testing.T) {
 		t.Errorf("/readyz after the scenario: %d %s (%v)", a.status, a.body, err)
 	}
 	metrics := scrapeService(t, svc)
-	for _, line := range []string{"payments_charge_batch_age_seconds 0\n", "payments_charge_queue_length 0\n"} {
+	for _, line := range idleMetrics[:2] {
 		if !strings.Contains(metrics, line) {
 			t.Errorf("after the scenario the metrics lack %q", strings.TrimSpace(line))
 		}
@@ -333,31 +338,18 @@ func leave(client *http.Client, base, apiKey string, o op, d time.Duration) {
 	}
 }
 
-// waitIdle waits until the service has no charge queued, running or waiting
-// on its key: what the leaving clients sent is over.
-func waitIdle(t *testing.T, ctx context.Context, svc *service) {
-	t.Helper()
-	idle := []string{"payments_charge_batch_age_seconds 0\n", "payments_charge_queue_length 0\n", "payments_idempotency_keys_in_flight 0\n"}
-	for {
-		metrics := scrapeService(t, svc)
-		if !slices.ContainsFunc(idle, func(line string) bool { return !strings.Contains(metrics, line) }) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the service never went idle after the scenario")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
+// idleMetrics are the lines of a service with no charge queued, running
+// (the first two) or waiting on its key.
+var idleMetrics = []string{"payments_charge_batch_age_seconds 0\n", "payments_charge_queue_length 0\n", "payments_idempotency_keys_in_flight 0\n"}
 
-// waitLogged waits until the service's log holds line.
-func waitLogged(t *testing.T, ctx context.Context, svc *service, line string) {
+// waitFor polls cond every 20 ms until it holds; the test fails, naming
+// what it waited for, when ctx ends first.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !strings.Contains(svc.logs.String(), line) {
+	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the service never logged %s", line)
+			t.Fatalf("waited in vain for %s", what)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
