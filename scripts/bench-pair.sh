@@ -11,8 +11,10 @@
 # `payments serve`, a CHECKPOINT, then paymentsbench's fresh scenario (16
 # clients over 1,000 accounts, 10 s) with -cpu. pg-reference runs once a round
 # beside them. Prints one line per measurement and then the medians: charges/s,
-# × pg-reference, p50, and CPU per charge (ms) of the machine, the service,
-# PostgreSQL, nats-server and the load generator.
+# × pg-reference, p50, with the relay on the p99 of the charges' events from
+# their transaction's start to a NATS subscriber (paymentsbench -events-url),
+# and CPU per charge (ms) of the machine, the service, PostgreSQL, nats-server
+# and the load generator.
 #
 # PAIR_A_ENV and PAIR_B_ENV add settings to one side's service (for example
 # PAIR_B_ENV="CHARGE_BATCHES=2" with PAIR_A=HEAD PAIR_B=HEAD compares a setting).
@@ -94,8 +96,8 @@ measure() {
 	key=$(sed -n 's/.*"api_key": *"\([^"]*\)".*/\1/p' <<<"$creds")
 	[ -n "$key" ] || die "no api key in: $creds"
 	log=$out/$side-$relay-$round.log
-	local relay_env=true
-	[ "$relay" = off ] && relay_env=false
+	local relay_env=true events=(-events-url "$NATS_URL")
+	[ "$relay" = off ] && relay_env=false events=()
 	local side_env=PAIR_${side}_ENV
 	# shellcheck disable=SC2086 # the settings are words
 	env DATABASE_URL="$url" HTTP_ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 RELAY_ENABLED=$relay_env ${!side_env:-} \
@@ -110,7 +112,7 @@ measure() {
 	[ -n "$addr" ] || die "payments serve did not start: $(tail -n 5 "$log")"
 	psql -qX "$admin" -c CHECKPOINT >/dev/null
 	bin/paymentsbench -url "http://$addr" -api-key "$key" -c "$clients" -d "${seconds}s" -accounts "$accounts" \
-		-scenarios fresh -json -cpu -service-pid "$server_pid" -run-id "$side$relay$round" |
+		-scenarios fresh -json -cpu -service-pid "$server_pid" -run-id "$side$relay$round" "${events[@]}" |
 		sed "s/^{/{\"side\":\"$side\",\"relay\":\"$relay\",\"round\":$round,/" >>"$out/$side-$relay.jsonl"
 	kill -TERM "$server_pid"
 	wait "$server_pid" 2>/dev/null || true
@@ -143,15 +145,16 @@ median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (
 ref=$(cut -d' ' -f1 "$out/pg-reference.txt" | median)
 ref_cpu=$(cut -d' ' -f2 "$out/pg-reference.txt" | median)
 printf '\npg-reference median: %s tps, machine CPU %s ms per transaction (%s clients, %s s)\n\n' "$ref" "$ref_cpu" "$clients" "$seconds"
-printf '| side | relay | charges/s | × pg-reference | p50 ms | CPU ms per charge: machine | service | postgres | nats-server | load generator |\n'
-printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '| side | relay | charges/s | × pg-reference | p50 ms | event p99 ms | CPU ms per charge: machine | service | postgres | nats-server | load generator |\n'
+printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 for side in A B; do
 	for relay in $relays; do
 		jq -s -r --argjson tck "$tck" --argjson ref "$ref" --arg side "$side" --arg relay "$relay" '
 			def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 			def ms(part): map(1000 * (.cpu_ticks[part] // 0) / $tck / .charges) | median * 1000 | round / 1000;
 			(map(.charges_per_s) | median) as $cps |
-			"| \($side) | \($relay) | \($cps) | \($cps / $ref * 100 | round / 100) | \(map(.p50_ms) | median * 1000 | round / 1000) | \(ms("machine")) | \(ms("service")) | \(ms("postgres")) | \(ms("nats-server")) | \(ms("paymentsbench")) |"
+			(if all(.events) then map(.events.p99_ms) | median * 1000 | round / 1000 else "–" end) as $ev |
+			"| \($side) | \($relay) | \($cps) | \($cps / $ref * 100 | round / 100) | \(map(.p50_ms) | median * 1000 | round / 1000) | \($ev) | \(ms("machine")) | \(ms("service")) | \(ms("postgres")) | \(ms("nats-server")) | \(ms("paymentsbench")) |"
 		' "$out/$side-$relay.jsonl"
 	done
 done

@@ -50,6 +50,9 @@ type config struct {
 	// heldKey, when set, is a key another party holds in flight: one extra
 	// client keeps retrying a charge with it during the measured run.
 	heldKey string
+	// eventsURL, when set, is the NATS the relay publishes to: the delay of
+	// each charge's event to a subscriber there is reported.
+	eventsURL string
 }
 
 // parseConfig reads the flags in args; the API key defaults to
@@ -81,6 +84,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.IntVar(&c.servicePID, "service-pid", 0, "process id of the service (same machine): report its CPU time over the measured run, from /proc/PID/stat")
 	fs.BoolVar(&c.cpu, "cpu", false, "report the CPU time over each measured run of the machine, the service (-service-pid), PostgreSQL, nats-server and paymentsbench, from /proc")
 	fs.StringVar(&c.heldKey, "held-key", "", "an Idempotency-Key held in flight elsewhere: one extra client keeps retrying a charge with it on the first account during the run; its answers are counted apart")
+	fs.StringVar(&c.eventsURL, "events-url", "", "NATS URL the service's relay publishes to: report how long each charge's event takes from its transaction's start to a subscriber there")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}

@@ -59,6 +59,17 @@ type result struct {
 	// HeldKeyStatuses counts the answers to the -held-key client by status
 	// ("none": no answer); they are not in the figures above.
 	HeldKeyStatuses map[string]int64 `json:"held_key_statuses,omitempty"`
+	// Events, with -events-url: the charge events of the run seen on NATS.
+	Events *eventDelays `json:"events,omitempty"`
+}
+
+// eventDelays are the delays from the start of a charge's transaction to its
+// event's arrival at a NATS subscriber, over the charges of the measured run.
+type eventDelays struct {
+	Count int64   `json:"count"`
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
 }
 
 // newResult summarises a run and its verification.
@@ -126,6 +137,10 @@ func (r result) writeText(w io.Writer) error {
 	}
 	if r.ServiceCPUTicks != nil {
 		fmt.Fprintf(&b, "  service   %d clock ticks of CPU (user + system) over the run\n", *r.ServiceCPUTicks)
+	}
+	if e := r.Events; e != nil {
+		fmt.Fprintf(&b, "  events    %d of %d charges' events on NATS; tx start to subscriber p50 %.2fms  p99 %.2fms  max %.2fms\n",
+			e.Count, r.Charges, e.P50ms, e.P99ms, e.MaxMs)
 	}
 	if r.HeldKeyStatuses != nil {
 		fmt.Fprintf(&b, "  held key  %s (the -held-key client, not counted above)\n", counts(r.HeldKeyStatuses))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // run is the whole program behind main, so tests can drive it against a fake
@@ -74,8 +75,20 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 			return result{}, fmt.Errorf("-cpu: %w", err)
 		}
 	}
+	var events *eventWatch
+	if cfg.eventsURL != "" {
+		if events, err = watchEvents(cfg.eventsURL); err != nil {
+			return result{}, err
+		}
+		events.start(time.Now())
+	}
 	held := startHeldKey(ctx, cl, cfg, accounts[0], led)
 	st := drive(ctx, cl, load, cfg, led)
+	var delays *histogram
+	if events != nil {
+		h := events.finish(st.start.Add(st.elapsed), st.charges, eventGrace)
+		delays = &h
+	}
 	var cpu *int64
 	if cfg.servicePID > 0 {
 		cpu1, err := processCPUTicks(cfg.servicePID)
@@ -108,5 +121,11 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 	v := led.verify(balances)
 	res := newResult(name, cfg.clients, st, settled, v)
 	res.ServiceCPUTicks, res.CPUTicks, res.HeldKeyStatuses = cpu, cpuTicks, heldStatuses
+	if delays != nil {
+		res.Events = &eventDelays{
+			Count: int64(delays.n), P50ms: millis(delays.quantile(0.50)),
+			P99ms: millis(delays.quantile(0.99)), MaxMs: millis(delays.max),
+		}
+	}
 	return res, nil
 }
