@@ -11,15 +11,16 @@
 # `payments serve`, a CHECKPOINT, then paymentsbench's fresh scenario (16
 # clients over 1,000 accounts, 10 s) with -cpu. pg-reference runs once a round
 # beside them. Prints one line per measurement and then the medians: charges/s,
-# × pg-reference, p50, with the relay on the p99 of the charges' events from
-# their transaction's start to a NATS subscriber (paymentsbench -events-url),
-# and CPU per charge (ms) of the machine, the service, PostgreSQL, nats-server
-# and the load generator.
+# × pg-reference, p50, with PAIR_EVENTS=1 and the relay on the p99 of the
+# charges' events from their transaction's start to a NATS subscriber
+# (paymentsbench -events-url; the subscriber adds to nats-server's and the load
+# generator's CPU, so measure CPU without it), and CPU per charge (ms) of the
+# machine, the service, PostgreSQL, nats-server and the load generator.
 #
 # PAIR_A_ENV and PAIR_B_ENV add settings to one side's service (for example
 # PAIR_B_ENV="CHARGE_BATCHES=2" with PAIR_A=HEAD PAIR_B=HEAD compares a setting).
 # PAIR_ROUNDS (3), PAIR_SECONDS (10), PAIR_CLIENTS (16), PAIR_ACCOUNTS (1000),
-# PAIR_RELAY ("on off"), PAIR_OUT (a temporary directory: every JSON line and
+# PAIR_RELAY ("on off"), PAIR_EVENTS (unset), PAIR_OUT (a temporary directory: every JSON line and
 # log) tune it. Needs PostgreSQL (PAYMENTS_TEST_DATABASE_URL or the local
 # server) and, with the relay on, NATS at NATS_URL (nats://127.0.0.1:4222).
 set -euo pipefail
@@ -96,8 +97,9 @@ measure() {
 	key=$(sed -n 's/.*"api_key": *"\([^"]*\)".*/\1/p' <<<"$creds")
 	[ -n "$key" ] || die "no api key in: $creds"
 	log=$out/$side-$relay-$round.log
-	local relay_env=true events=(-events-url "$NATS_URL")
-	[ "$relay" = off ] && relay_env=false events=()
+	local relay_env=true events=()
+	[ "$relay" = off ] && relay_env=false
+	[ "$relay" = on ] && [ -n "${PAIR_EVENTS:-}" ] && events=(-events-url "$NATS_URL")
 	local side_env=PAIR_${side}_ENV
 	# shellcheck disable=SC2086 # the settings are words
 	env DATABASE_URL="$url" HTTP_ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 RELAY_ENABLED=$relay_env ${!side_env:-} \

@@ -31,7 +31,6 @@ type config struct {
 	EventsHeldWarn  time.Duration
 	ChargeBatches   int
 	RelayPoll       time.Duration
-	RelayInterval   time.Duration
 	EventRetention  time.Duration
 	CacheSize       int
 	CacheBytes      int64
@@ -127,16 +126,6 @@ func (c *config) settings() []setting {
 			positiveInt(&c.RelayBatch)},
 		{"RELAY_POLL", "relay-poll", "1s", "how often the relay looks for events without a notification",
 			durationInto(&c.RelayPoll)},
-		{"RELAY_INTERVAL", "relay-interval", "20ms", "least time between two relay rounds while events keep coming (they share one round); 0 or less: none",
-			func(v string) error {
-				if err := durationInto(&c.RelayInterval)(v); err != nil {
-					return err
-				}
-				if c.RelayInterval <= 0 {
-					c.RelayInterval = -1 // the relay's "no pacing"
-				}
-				return nil
-			}},
 		{"EVENT_RETENTION", "event-retention", "720h", "how long published events stay in the outbox (and the /v1/events feed)",
 			durationInto(&c.EventRetention)},
 		{"MIGRATE_WAIT", "migrate-wait", "60s", "how long migrate up waits for PostgreSQL to accept connections",

@@ -37,7 +37,7 @@ func newRelay(cfg config, store *postgres.Store, log *slog.Logger) (*relay.Relay
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := relay.New(store, nc, log, relay.Options{Batch: cfg.RelayBatch, Poll: cfg.RelayPoll, Interval: cfg.RelayInterval, Retention: cfg.EventRetention})
+	r, err := relay.New(store, nc, log, relay.Options{Batch: cfg.RelayBatch, Poll: cfg.RelayPoll, Retention: cfg.EventRetention})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

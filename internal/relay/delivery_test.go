@@ -379,36 +379,3 @@ WHERE id IN (SELECT id FROM events ORDER BY tx_id, seq LIMIT 5)`); err != nil {
 		t.Errorf("%d events left, want 3 (two recent, one new)", n)
 	}
 }
-
-// While events keep coming, the relay's rounds are at least Interval apart
-// (their events share a round's horizon, read and cursor commit), and an
-// event after a quiet spell goes at once.
-func TestRoundsArePacedWhileEventsKeepComing(t *testing.T) {
-	e := setup(t)
-	acct := e.account(1_000_000)
-	const interval = time.Second
-	r, _ := e.startRelay(func(r *relay.Relay) { r.SetInterval(interval) })
-	e.waitUntil("the outbox is drained", e.drained)
-	time.Sleep(interval + 200*time.Millisecond) // quiet, longer than the interval
-
-	published := r.Stats.Published.Load()
-	began := time.Now()
-	e.charge(acct, 1)
-	e.waitUntil("the event after the quiet spell is published", func() bool { return r.Stats.Published.Load() > published })
-	if d := time.Since(began); d > interval*7/10 {
-		t.Errorf("the event after a quiet spell took %s, want it at once, not paced", d)
-	}
-
-	rounds := r.Stats.Rounds.Load()
-	const charges = 12
-	for range charges { // a steady stream for about 1.2 s
-		e.charge(acct, 1)
-		time.Sleep(100 * time.Millisecond)
-	}
-	e.waitUntil("the stream is published", func() bool { return r.Stats.Published.Load() == published+1+charges })
-	// Unpaced, each notification would make a round of its own (12).
-	if n := r.Stats.Rounds.Load() - rounds; n < 1 || n > 4 {
-		t.Errorf("%d rounds published %d events arriving 100 ms apart, want 1-4 with a %s interval", n, charges, interval)
-	}
-	e.waitUntil("the outbox is drained", e.drained)
-}

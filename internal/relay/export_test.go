@@ -1,10 +1,5 @@
 package relay
 
-import "time"
-
 // SetBeforeMark installs a hook that runs after a batch is published and
 // before it is marked, standing in for a crash at that moment.
 func (r *Relay) SetBeforeMark(f func() error) { r.beforeMark = f }
-
-// SetInterval sets the least time between rounds (Options.Interval).
-func (r *Relay) SetInterval(d time.Duration) { r.opts.Interval = d }

@@ -43,12 +43,6 @@ type Options struct {
 	// Poll is how long the leader waits for a notification before looking
 	// anyway (default 1s), and how often a standby tries to take over.
 	Poll time.Duration
-	// Interval is the least time from the start of a round that published
-	// events to the start of the next (default 20ms): while events keep
-	// coming, those of that long share one round (one horizon, one read, one
-	// cursor commit), while an event after a quiet spell goes at once. A
-	// full round is followed by the next at once. Negative: no pacing.
-	Interval time.Duration
 	// Retention is how long after its creation a published event is kept
 	// before pruning (default 30 days); PruneBatch bounds one delete
 	// (default 1000).
@@ -65,9 +59,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Poll <= 0 {
 		o.Poll = time.Second
-	}
-	if o.Interval == 0 {
-		o.Interval = 20 * time.Millisecond
 	}
 	if o.Retention <= 0 {
 		o.Retention = 30 * 24 * time.Hour
@@ -86,7 +77,6 @@ type Stats struct {
 	Published  atomic.Int64 // events the broker stored
 	Duplicates atomic.Int64 // events the broker already had (a republish)
 	Pruned     atomic.Int64
-	Rounds     atomic.Int64 // rounds that published at least one event
 	Leader     atomic.Bool
 }
 
@@ -159,7 +149,6 @@ func (r *Relay) lead(ctx context.Context) error {
 	}
 	lastPrune := time.Time{}
 	for ctx.Err() == nil {
-		began := time.Now()
 		n, err := r.relayBatch(ctx, lease)
 		if err != nil {
 			return err
@@ -172,11 +161,6 @@ func (r *Relay) lead(ctx context.Context) error {
 		}
 		if n == r.opts.Batch {
 			continue // more are waiting
-		}
-		if n > 0 {
-			// Events are coming: let the rest of the interval gather the
-			// next ones (a notification meanwhile waits for Wait).
-			sleep(ctx, r.opts.Interval-time.Since(began))
 		}
 		if err := lease.Wait(ctx, r.opts.Poll); err != nil {
 			return err
@@ -251,7 +235,6 @@ func (r *Relay) relayBatch(ctx context.Context, lease payment.OutboxLease) (int,
 		if err := lease.MarkPublished(ctx, events[:acked]); err != nil {
 			return 0, err
 		}
-		r.Stats.Rounds.Add(1)
 	}
 	if err := errors.Join(ackErr, sendErr); err != nil {
 		return 0, err
@@ -312,9 +295,6 @@ func Message(e payment.OutboxEvent) (*nats.Msg, error) {
 }
 
 func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
