@@ -22,6 +22,8 @@
 #     fresh with one client; pg-reference -c BENCH_CLIENTS once per round. Then,
 #     unless BENCH_CURVE=0, fresh and pg-reference at each of BENCH_CURVE_CLIENTS
 #     (the service restarted with the defaults), drawn by bin/benchplot.
+#  4c. CPU per charge by part, the relay on and off (issue 24): scripts/bench-pair.sh,
+#     BENCH_CPU_BASELINE against this checkout, over 1,000 accounts and one.
 #  5. Heap: restarts the service and sends BENCH_HEAP_KEYS distinct keys (fresh, in
 #     chunks, within BENCH_HEAP_BUDGET seconds), reading the heap from /metrics
 #     after the first 10,000 keys, halfway and at the end, each time once settled.
@@ -57,6 +59,11 @@
 #   BENCH_CURVE          1 (default): the throughput curve and its two PNGs; 0 skips it
 #                        (~3 minutes with BENCH_SECONDS=10)
 #   BENCH_CURVE_CLIENTS  the client counts of the curve (default "1 2 4 8 16 32 64")
+#   BENCH_CPU            1 (default): step 4c, CPU per charge by part with the relay on
+#                        and off (scripts/bench-pair.sh, over 1,000 accounts and one;
+#                        ~4 minutes a round each); 0 skips it
+#   BENCH_CPU_BASELINE   side A of step 4c (default 8685d9f, before issue 24; HEAD
+#                        when this clone lacks it)
 #   PAYMENTS_BENCH_DATABASE_URL, else PAYMENTS_TEST_DATABASE_URL: a PostgreSQL
 #     where this may CREATE DATABASE (default postgres://postgres@localhost:5432/postgres);
 #     the Go benchmarks create theirs there too
@@ -383,6 +390,33 @@ for d in "$db_before" "$db_after"; do
 done
 i12_load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 i12_step_s=$((SECONDS - step_began))
+
+# --- 4c. CPU per charge by part, the relay on and off (issue 24) --------------------
+# scripts/bench-pair.sh: BENCH_CPU_BASELINE against this checkout, each with the
+# relay on (as shipped) and off, alternating, pg-reference each round, over
+# 1,000 accounts and on one; CPU per charge of the machine, the service,
+# PostgreSQL, nats-server and the load generator from /proc. Its tables go
+# into the report as they are printed.
+cpu_section='' cpu_step_s=0
+if [ "${BENCH_CPU:-1}" != 0 ]; then
+	step_began=$SECONDS
+	cpu_baseline=${BENCH_CPU_BASELINE-8685d9f}
+	git cat-file -e "${cpu_baseline:-HEAD}^{commit}" 2>/dev/null || cpu_baseline=HEAD
+	# pass: accounts, relay states, PAIR_EVENTS, what the table is.
+	for pass in "1000|on off||Over 1,000 accounts" "1|on off||On one account" \
+		"1000|on|1|Commit-to-publish under the same load: the relay on, a NATS subscriber timing each charge's event from its transaction's start (its CPU adds to nats-server's and the load generator's)"; do
+		IFS='|' read -r accts relays events title <<<"$pass"
+		say "CPU by part (issue 24): $cpu_baseline vs this checkout, relay $relays, $accts account(s)${events:+, event delays}, $pairs round(s)"
+		log=bin/bench-pair-$accts${events:+-events}.log
+		if table=$(PAYMENTS_TEST_DATABASE_URL=$admin PAIR_A=$cpu_baseline PAIR_B='' PAIR_ROUNDS=$pairs PAIR_SECONDS=$seconds \
+			PAIR_CLIENTS=$clients PAIR_ACCOUNTS=$accts PAIR_RELAY=$relays PAIR_EVENTS=$events scripts/bench-pair.sh 2>"$log"); then
+			cpu_section+=$(printf '\n\n%s:\n\n%s' "$title" "$table")
+		else
+			cpu_section+=$(printf '\n\n%s: bench-pair failed: %s' "$title" "$(tail -n 3 "$log" | tr '\n' ' ')")
+		fi
+	done
+	cpu_step_s=$((SECONDS - step_began))
+fi
 
 # --- 5. Heap after BENCH_HEAP_KEYS distinct keys ----------------------------------
 # The bound: an idle service holds ~5 MiB; the replay cache at most 10,000
@@ -1108,6 +1142,12 @@ EOF
 		for s in "${failed[@]}"; do
 			printf '    %s: %s\n' "$s" "$(grep "\"scenario\":\"$s\"" "$results" | sed -n 's/.*"mismatches":\(\[.*\]\).*/\1/p' | cut -c1-2000)"
 		done
+	fi
+	if [ -n "$cpu_section" ]; then
+		printf '\n## CPU per charge by part, the relay on and off (issue 24)\n\n'
+		printf 'Side A is %s, side B this checkout (%s); each with the relay on (publishing to NATS, as shipped) and off, alternating, a new database and a CHECKPOINT before each measurement, pg-reference each round; medians of %s rounds, %s clients, %s s each, CPU per charge from /proc (%s s for this step):\n\n    PAIR_A=%s PAIR_ROUNDS=%s PAIR_SECONDS=%s PAIR_CLIENTS=%s make bench-pair    # PAIR_ACCOUNTS=1: one account\n' \
+			"$cpu_baseline" "$(git rev-parse --short HEAD)" "$pairs" "$clients" "$seconds" "$cpu_step_s" "$cpu_baseline" "$pairs" "$seconds" "$clients"
+		printf '%s\n' "$cpu_section"
 	fi
 	if [ -n "$kept_sections" ]; then printf '\n%s\n' "$kept_sections"; fi
 	if [ -n "$sync_section" ]; then printf '\n%s\n' "$sync_section"; fi
