@@ -49,6 +49,10 @@ bench: ## Load-test scratch services (before/after group commit) against pg-refe
 bench-pair: ## Paired fresh-charge bench of two builds (PAIR_A, PAIR_B), relay on and off, CPU per charge by part
 	GO=$(GO) ./scripts/bench-pair.sh
 
+.PHONY: batch-cost
+batch-cost: ## What a charge batch costs apart from its charges: CPU per batch and per charge at 1, 4 and 16 clients (COST_CLIENTS)
+	GO=$(GO) ./scripts/batch-cost.sh
+
 # make bench-sync: the cost of synchronous replication (issue 15). Starts the
 # HA cluster if needed (and leaves it running), then compares fresh charges on
 # it (sync standby; then synchronous_commit=local) with the single server on

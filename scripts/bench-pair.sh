@@ -154,7 +154,7 @@ for side in A B; do
 		jq -s -r --argjson tck "$tck" --argjson ref "$ref" --arg side "$side" --arg relay "$relay" '
 			def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 			def ms(part): map(1000 * (.cpu_ticks[part] // 0) / $tck / .charges) | median * 1000 | round / 1000;
-			(map(.charges_per_s) | median) as $cps |
+			(map(.charges_per_s) | median * 10 | round / 10) as $cps |
 			(if all(.events) then map(.events.p99_ms) | median * 1000 | round / 1000 else "–" end) as $ev |
 			"| \($side) | \($relay) | \($cps) | \($cps / $ref * 100 | round / 100) | \(map(.p50_ms) | median * 1000 | round / 1000) | \($ev) | \(ms("machine")) | \(ms("service")) | \(ms("postgres")) | \(ms("nats-server")) | \(ms("paymentsbench")) |"
 		' "$out/$side-$relay.jsonl"

@@ -409,7 +409,7 @@ if [ "${BENCH_CPU:-1}" != 0 ]; then
 		say "CPU by part (issue 24): $cpu_baseline vs this checkout, relay $relays, $accts account(s)${events:+, event delays}, $pairs round(s)"
 		log=bin/bench-pair-$accts${events:+-events}.log
 		if table=$(PAYMENTS_TEST_DATABASE_URL=$admin PAIR_A=$cpu_baseline PAIR_B='' PAIR_ROUNDS=$pairs PAIR_SECONDS=$seconds \
-			PAIR_CLIENTS=$clients PAIR_ACCOUNTS=$accts PAIR_RELAY=$relays PAIR_EVENTS=$events scripts/bench-pair.sh 2>"$log"); then
+			PAIR_CLIENTS=$clients PAIR_ACCOUNTS=$accts PAIR_RELAY=$relays PAIR_EVENTS=$events scripts/bench-pair.sh 2>"$log" | sed '/./,$!d'); then
 			cpu_section+=$(printf '\n\n%s:\n\n%s' "$title" "$table")
 		else
 			cpu_section+=$(printf '\n\n%s: bench-pair failed: %s' "$title" "$(tail -n 3 "$log" | tr '\n' ' ')")
@@ -1147,7 +1147,7 @@ EOF
 		printf '\n## CPU per charge by part, the relay on and off (issue 24)\n\n'
 		printf 'Side A is %s, side B this checkout (%s); each with the relay on (publishing to NATS, as shipped) and off, alternating, a new database and a CHECKPOINT before each measurement, pg-reference each round; medians of %s rounds, %s clients, %s s each, CPU per charge from /proc (%s s for this step):\n\n    PAIR_A=%s PAIR_ROUNDS=%s PAIR_SECONDS=%s PAIR_CLIENTS=%s make bench-pair    # PAIR_ACCOUNTS=1: one account\n' \
 			"$cpu_baseline" "$(git rev-parse --short HEAD)" "$pairs" "$clients" "$seconds" "$cpu_step_s" "$cpu_baseline" "$pairs" "$seconds" "$clients"
-		printf '%s\n' "$cpu_section"
+		printf '%s\n' "${cpu_section#$'\n'}"
 	fi
 	if [ -n "$kept_sections" ]; then printf '\n%s\n' "$kept_sections"; fi
 	if [ -n "$sync_section" ]; then printf '\n%s\n' "$sync_section"; fi
