@@ -33,9 +33,11 @@ profile: ## CPU profile of the service under the fresh-charge load (PROFILE_SECO
 # make bench: issue 5's targets, and issue 12's group commit against the
 # baseline (BENCH_BASELINE, default ac4142a, built from git into
 # bin/payments-baseline) with the throughput curve drawn by tools/benchplot
-# (a module of its own) into docs/bench-throughput.png and docs/bench-p99.png.
-# About 15 minutes with the defaults; the knobs (BENCH_SECONDS, BENCH_PAIRS,
-# BENCH_CURVE=0, BENCH_LARGE=0, ...) are listed at the top of scripts/bench.sh.
+# (a module of its own) into docs/bench-throughput.png and docs/bench-p99.png,
+# and issue 24's CPU per charge by part, the relay on and off (bench-pair).
+# About 22 minutes with the defaults (it took 1,344 s on 2026-12-01); the knobs
+# (BENCH_SECONDS, BENCH_PAIRS, BENCH_CURVE=0, BENCH_LARGE=0, BENCH_CPU=0, ...)
+# are listed at the top of scripts/bench.sh.
 .PHONY: bench
 bench: ## Load-test scratch services (before/after group commit) against pg-reference; writes docs/benchmarks.md and its PNGs
 	GO=$(GO) ./scripts/bench.sh
