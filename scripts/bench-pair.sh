@@ -87,7 +87,7 @@ trap cleanup EXIT
 # measure SIDE RELAY ROUND: one measurement, one JSON line into $out/SIDE-RELAY.jsonl.
 measure() {
 	local side=$1 relay=$2 round=$3 base query url creds key log addr
-	db=bench_pair_$$_${side}_${relay}_$round
+	db=bench_pair_$$_${side,,}_${relay}_$round # lower case: psql folds the name, pgx does not
 	psql -qX "$admin" -c "CREATE DATABASE $db TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'" >/dev/null
 	base=${admin%%\?*} query=${admin#"$base"}
 	[[ $query == "$admin" ]] && query=
