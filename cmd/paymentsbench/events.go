@@ -81,23 +81,30 @@ func (w *eventWatch) start(at time.Time) {
 // their delays.
 func (w *eventWatch) finish(end time.Time, want int64, grace time.Duration) histogram {
 	deadline := time.Now().Add(grace)
-	var delays histogram
-	for {
+	for checked, n := 0, int64(0); ; {
 		w.mu.Lock()
-		delays = histogram{}
-		for _, a := range w.seen {
+		for _, a := range w.seen[checked:] {
 			if !a.createdAt.After(end) {
-				delays.record(a.delay)
+				n++
 			}
 		}
+		checked = len(w.seen)
 		w.mu.Unlock()
-		if int64(delays.n) >= want || time.Now().After(deadline) {
+		if n >= want || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	_ = w.sub.Unsubscribe()
 	w.nc.Close()
+	var delays histogram
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, a := range w.seen {
+		if !a.createdAt.After(end) {
+			delays.record(a.delay)
+		}
+	}
 	return delays
 }
 

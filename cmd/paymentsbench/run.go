@@ -84,11 +84,6 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 	}
 	held := startHeldKey(ctx, cl, cfg, accounts[0], led)
 	st := drive(ctx, cl, load, cfg, led)
-	var delays *histogram
-	if events != nil {
-		h := events.finish(st.start.Add(st.elapsed), st.charges, eventGrace)
-		delays = &h
-	}
 	var cpu *int64
 	if cfg.servicePID > 0 {
 		cpu1, err := processCPUTicks(cfg.servicePID)
@@ -107,6 +102,12 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 		cpuTicks = cpuBetween(machine0, machine1, cfg.servicePID)
 	}
 	heldStatuses := held.stop()
+	var delays *histogram
+	if events != nil {
+		// After the CPU is read: the wait for the last events is not the run's.
+		h := events.finish(st.start.Add(st.elapsed), st.charges, eventGrace)
+		delays = &h
+	}
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}
