@@ -17,6 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf 'batch-cost: %s\n' "$*" >&2; }
 die() { say "$@"; exit 1; }
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh # start_service, stop_service, new_merchant, scrape
 
 admin=${PAYMENTS_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 clients_list=${COST_CLIENTS:-1 4 16} seconds=${COST_SECONDS:-10} accounts=${COST_ACCOUNTS:-1000}
@@ -27,9 +29,9 @@ tck=$(getconf CLK_TCK)
 "${GO:-go}" build -o bin/payments ./cmd/payments
 "${GO:-go}" build -o bin/paymentsbench ./cmd/paymentsbench
 
-pid='' db=''
+server_pid='' db=''
 cleanup() {
-	[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	stop_service
 	[ -n "$db" ] && psql -qX "$admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
 	return 0
 }
@@ -37,40 +39,28 @@ trap cleanup EXIT
 base=${admin%%\?*} query=${admin#"$base"}
 [[ $query == "$admin" ]] && query=
 log=$(mktemp /tmp/batch-cost.XXXXXX)
-batches() { curl -sf "http://$1/metrics" | awk '$1 == "payments_charge_batches_total" { print $2 }'; }
+batches() { scrape | awk '$1 == "payments_charge_batches_total" { print $2 }'; }
 
 printf '| clients | charges/s | charges per batch | PostgreSQL ms per batch | per charge | service ms per batch | per charge | machine ms per charge |\n'
 printf '|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 for c in $clients_list; do
 	db=batch_cost_$$_$c
 	psql -qX "$admin" -c "CREATE DATABASE $db TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'" >/dev/null
-	url="${base%/*}/$db$query"
-	DATABASE_URL=$url bin/payments migrate up >/dev/null
-	key=$(DATABASE_URL=$url bin/payments merchants create --name cost | sed -n 's/.*"api_key": *"\([^"]*\)".*/\1/p')
-	[ -n "$key" ] || die "no api key"
-	env DATABASE_URL="$url" HTTP_ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 RELAY_ENABLED=$relay bin/payments serve >"$log" 2>&1 &
-	pid=$!
-	addr='' maddr=''
-	for _ in $(seq 100); do
-		addr=$(sed -n 's/.*"msg":"listening".*"addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
-		maddr=$(sed -n 's/.*"msg":"metrics listening".*"addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
-		[ -n "$addr" ] && [ -n "$maddr" ] && break
-		sleep 0.1
-	done
-	[ -n "$addr" ] && [ -n "$maddr" ] || die "payments serve did not start: $(tail -n 5 "$log")"
-	bin/paymentsbench -url "http://$addr" -api-key "$key" -c "$c" -d 1s -accounts "$accounts" -scenarios fresh >/dev/null
-	psql -qX "$url" -c CHECKPOINT >/dev/null
-	b0=$(batches "$maddr")
-	json=$(bin/paymentsbench -url "http://$addr" -api-key "$key" -c "$c" -d "${seconds}s" -accounts "$accounts" \
-		-scenarios fresh -json -cpu -service-pid "$pid")
-	b1=$(batches "$maddr")
+	db_url="${base%/*}/$db$query"
+	new_merchant "$db_url"
+	# METRICS_SAMPLE as shipped (start_service samples every second for bench.sh).
+	start_service "$db_url" "$log" METRICS_SAMPLE=15s RELAY_ENABLED=$relay
+	bin/paymentsbench -url "$url" -api-key "$api_key" -c "$c" -d 1s -accounts "$accounts" -scenarios fresh >/dev/null
+	psql -qX "$db_url" -c CHECKPOINT >/dev/null
+	b0=$(batches)
+	json=$(bin/paymentsbench -url "$url" -api-key "$api_key" -c "$c" -d "${seconds}s" -accounts "$accounts" \
+		-scenarios fresh -json -cpu -service-pid "$server_pid")
+	b1=$(batches)
 	jq -r --argjson tck "$tck" --argjson n "$((b1 - b0))" --argjson c "$c" '
 		def r: . * 1000 | round / 1000;
 		def ms(part): 1000 * .cpu_ticks[part] / $tck;
 		"| \($c) | \(.charges_per_s) | \(.charges / $n | r) | \(ms("postgres") / $n | r) | \(ms("postgres") / .charges | r) | \(ms("service") / $n | r) | \(ms("service") / .charges | r) | \(ms("machine") / .charges | r) |"' <<<"$json"
-	kill -TERM "$pid"
-	wait "$pid" 2>/dev/null || true
-	pid=''
+	stop_service
 	psql -qX "$admin" -c "DROP DATABASE $db" >/dev/null
 	db=''
 done

@@ -3,7 +3,8 @@
 # They use the caller's variables: admin, clients, seconds, results, failed,
 # server_pid, port, url, metrics_port, metrics_sampler_pid, service_bin, shared,
 # pgbench_shim, pgref_results, holder_pid, holder_backend, nats_pid, nats_dir
-# (see bench.sh), and its say and die. scripts/bench-sync.sh sources them too.
+# (see bench.sh), and its say and die. scripts/bench-sync.sh, bench-pair.sh and
+# batch-cost.sh source them too.
 
 # start_service DATABASE_URL LOG [VAR=value ...]: starts `payments serve` on a
 # loopback port the kernel picks (its metrics on another, METRICS_ADDR, or on

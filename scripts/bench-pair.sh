@@ -27,6 +27,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf 'bench-pair: %s\n' "$*" >&2; }
 die() { say "$@"; exit 1; }
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh # start_service, stop_service, new_merchant, median
 
 admin=${PAYMENTS_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 rounds=${PAIR_ROUNDS:-3} seconds=${PAIR_SECONDS:-10} clients=${PAIR_CLIENTS:-16}
@@ -75,10 +77,9 @@ build A "$a_rev"
 build B "$b_rev"
 "${GO:-go}" build -o bin/paymentsbench ./cmd/paymentsbench
 
-server_pid=''
-db=''
+server_pid='' db=''
 cleanup() {
-	[ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+	stop_service
 	[ -n "$db" ] && psql -qX "$admin" -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1
 	return 0
 }
@@ -86,39 +87,26 @@ trap cleanup EXIT
 
 # measure SIDE RELAY ROUND: one measurement, one JSON line into $out/SIDE-RELAY.jsonl.
 measure() {
-	local side=$1 relay=$2 round=$3 base query url creds key log addr
+	local side=$1 relay=$2 round=$3 base query db_url
 	db=bench_pair_$$_${side,,}_${relay}_$round # lower case: psql folds the name, pgx does not
 	psql -qX "$admin" -c "CREATE DATABASE $db TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'" >/dev/null
 	base=${admin%%\?*} query=${admin#"$base"}
 	[[ $query == "$admin" ]] && query=
-	url="${base%/*}/$db$query"
-	DATABASE_URL=$url "bin/pair-$side" migrate up >/dev/null
-	creds=$(DATABASE_URL=$url "bin/pair-$side" merchants create --name bench)
-	key=$(sed -n 's/.*"api_key": *"\([^"]*\)".*/\1/p' <<<"$creds")
-	[ -n "$key" ] || die "no api key in: $creds"
-	log=$out/$side-$relay-$round.log
+	db_url="${base%/*}/$db$query"
+	new_merchant "$db_url" "bin/pair-$side"
 	local relay_env=true events=()
 	[ "$relay" = off ] && relay_env=false
 	[ "$relay" = on ] && [ -n "${PAIR_EVENTS:-}" ] && events=(-events-url "$NATS_URL")
 	local side_env=PAIR_${side}_ENV
+	# METRICS_SAMPLE as shipped (start_service samples every second for bench.sh).
 	# shellcheck disable=SC2086 # the settings are words
-	env DATABASE_URL="$url" HTTP_ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 RELAY_ENABLED=$relay_env ${!side_env:-} \
-		"bin/pair-$side" serve >"$log" 2>&1 &
-	server_pid=$!
-	addr=''
-	for _ in $(seq 100); do
-		addr=$(sed -n 's/.*"msg":"listening".*"addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
-		[ -n "$addr" ] && break
-		sleep 0.1
-	done
-	[ -n "$addr" ] || die "payments serve did not start: $(tail -n 5 "$log")"
+	service_bin=bin/pair-$side start_service "$db_url" "$out/$side-$relay-$round.log" \
+		METRICS_SAMPLE=15s RELAY_ENABLED=$relay_env ${!side_env:-}
 	psql -qX "$admin" -c CHECKPOINT >/dev/null
-	bin/paymentsbench -url "http://$addr" -api-key "$key" -c "$clients" -d "${seconds}s" -accounts "$accounts" \
+	bin/paymentsbench -url "$url" -api-key "$api_key" -c "$clients" -d "${seconds}s" -accounts "$accounts" \
 		-scenarios fresh -json -cpu -service-pid "$server_pid" -run-id "$side$relay$round" "${events[@]}" |
 		sed "s/^{/{\"side\":\"$side\",\"relay\":\"$relay\",\"round\":$round,/" >>"$out/$side-$relay.jsonl"
-	kill -TERM "$server_pid"
-	wait "$server_pid" 2>/dev/null || true
-	server_pid=''
+	stop_service
 	psql -qX "$admin" -c "DROP DATABASE $db" >/dev/null
 	db=''
 	tail -n 1 "$out/$side-$relay.jsonl" | jq -r --argjson tck "$tck" \
@@ -143,7 +131,6 @@ for round in $(seq "$rounds"); do
 	say "round $round: pg-reference $(tail -n 1 "$out/pg-reference.txt") (tps, machine CPU ms per transaction)"
 done
 
-median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 ref=$(cut -d' ' -f1 "$out/pg-reference.txt" | median)
 ref_cpu=$(cut -d' ' -f2 "$out/pg-reference.txt" | median)
 printf '\npg-reference median: %s tps, machine CPU %s ms per transaction (%s clients, %s s)\n\n' "$ref" "$ref_cpu" "$clients" "$seconds"
