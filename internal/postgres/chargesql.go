@@ -1,0 +1,335 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"payments/internal/idempotency"
+	"payments/internal/payment"
+)
+
+// The SQL of the charge path (charges.go): its statements, and a batch's
+// first round trip, which locks its keys and accounts and reads them
+// (lockBatch). The second, which writes what the batch decided and commits,
+// is in chargewrite.go.
+
+const (
+	// planSQL keeps the planner to the plans these statements are written
+	// for: index lookups by primary key, a few per member. Their arrays are
+	// small, and stale statistics could otherwise make the planner hash a
+	// whole table (idempotency_keys, accounts) once per batch. With that
+	// settled, one generic plan per statement and connection serves every
+	// batch, and no batch pays for planning.
+	planSQL = `
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+	// tryLockKeysSQL takes each key's advisory lock if no other transaction
+	// holds it, and keeps which it got (in member order) in the transaction's
+	// payments.keys_locked, where lockAccountsSQL reads them in the same
+	// round trip. Keys are hashed with their merchant (a uuid's text has a
+	// fixed length, so the concatenation is unambiguous); two keys sharing a
+	// hash only make one of them wait for the other.
+	tryLockKeysSQL = `
+SELECT set_config('payments.keys_locked',
+    array_agg(pg_try_advisory_xact_lock(hashtextextended(m::text || k, 0)) ORDER BY i)::text, true)
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS u(m, k, i)`
+
+	// lockKeySQL waits for one key's advisory lock (up to lock_timeout).
+	lockKeySQL = `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`
+
+	// lookupKeysSQL reads the stored responses of the batch's keys, and the
+	// transaction's clock.
+	lookupKeysSQL = `
+SELECT u.i, now(), ik.fingerprint, ik.status, coalesce(ik.location, ''), ik.body, ik.body_encoding, ik.created_at,
+       ik.created_at < now() - $3::interval
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS u(m, k, i)
+LEFT JOIN idempotency_keys ik ON ik.merchant_id = u.m AND ik.key = u.k
+ORDER BY u.i`
+
+	// lockAccountsSQL locks the accounts of the members whose keys this
+	// transaction holds and are not stored (or have expired), in a fixed
+	// order, skipping the rows another transaction has locked. A member whose
+	// key is held elsewhere gets no account lock at all: it leaves the batch.
+	lockAccountsSQL = `
+SELECT a.merchant_id, a.id, a.currency, a.balance
+FROM accounts a
+WHERE (a.merchant_id, a.id) IN (
+    SELECT u.m, u.a
+    FROM unnest($1::uuid[], $2::text[], $3::uuid[], current_setting('payments.keys_locked')::bool[]) AS u(m, k, a, locked)
+    WHERE u.locked AND NOT EXISTS (
+        SELECT FROM idempotency_keys ik
+        WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at >= now() - $4::interval))
+ORDER BY a.merchant_id, a.id
+FOR UPDATE OF a SKIP LOCKED`
+
+	// existingAccountsSQL tells, of the accounts lockAccountsSQL did not
+	// return, those that exist: another transaction holds their rows. It runs
+	// only when some account did not come back, so a batch whose accounts are
+	// all free and known pays nothing for it.
+	existingAccountsSQL = `
+SELECT a.merchant_id, a.id
+FROM accounts a
+WHERE (a.merchant_id, a.id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))`
+
+	// lockTimeoutSQL bounds the lock waits of a transaction that may wait
+	// (chargeAlone, a busy group): lock_timeout becomes what is left of $1
+	// milliseconds counted from the transaction's start, so a key's wait and
+	// then its account's share one bound.
+	lockTimeoutSQL = `
+SELECT set_config('lock_timeout',
+    greatest(1, ceil(1000 * extract(epoch FROM now() + $1::bigint * interval '1 millisecond' - clock_timestamp())))::bigint::text, true)`
+
+	deleteExpiredKeysOfSQL = `
+DELETE FROM idempotency_keys ik
+USING unnest($1::uuid[], $2::text[]) AS u(m, k)
+WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at < now() - $3::interval`
+
+	// writeChargesSQL records a batch's decisions: the debits, the charges
+	// (succeeded and failed) and their events in the members' order, and every
+	// decided key with its response. A key's retention counts from now, when
+	// its response is stored, not from the transaction's start (which locks
+	// may have delayed); it returns that time. Its arguments are named by
+	// chargeWrites.namedArgs.
+	writeChargesSQL = `
+WITH debit AS (
+    UPDATE accounts a SET balance = a.balance - d.amount
+    FROM unnest(@debit_merchants::uuid[], @debit_accounts::uuid[], @debit_amounts::bigint[]) AS d(m, id, amount)
+    WHERE a.merchant_id = d.m AND a.id = d.id
+), charge AS (
+    INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, failure_code, description, metadata)
+    SELECT m, id, a, amount, currency, status, nullif(failure, ''), description, metadata
+    FROM unnest(@charge_merchants::uuid[], @charge_ids::uuid[], @charge_accounts::uuid[], @charge_amounts::bigint[], @currencies::text[], @statuses::text[], @failures::text[], @descriptions::text[], @metadata::jsonb[])
+        WITH ORDINALITY AS c(m, id, a, amount, currency, status, failure, description, metadata, i)
+    ORDER BY i
+), event AS (
+    INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
+    SELECT m, id, 'charge', aggregate, type, payload
+    FROM unnest(@charge_merchants::uuid[], @event_ids::uuid[], @charge_ids::uuid[], @event_types::text[], @payloads::jsonb[]) WITH ORDINALITY AS e(m, id, aggregate, type, payload, i)
+    ORDER BY i
+), stored AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), keyrow AS (
+    INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)
+    SELECT k.*, stored.at FROM unnest(@key_merchants::uuid[], @keys::text[], @fingerprints::bytea[], @key_statuses::smallint[], @locations::text[], @bodies::bytea[], @body_encodings::text[]) AS k, stored
+)
+SELECT at FROM stored`
+)
+
+// chargeStatements are the statements of chargeTx that a benchmark replaces
+// to price the idempotency key (see BenchmarkKeyClaimOverhead).
+type chargeStatements struct {
+	tryLockKeys, lookupKeys, lockAccounts, write string
+}
+
+var defaultChargeStatements = chargeStatements{tryLockKeysSQL, lookupKeysSQL, lockAccountsSQL, writeChargesSQL}
+
+// storedKey is what lookupKeysSQL found under one member's key.
+type storedKey struct {
+	found, expired bool
+	fingerprint    []byte
+	// resp is the stored response, its body decoded; its Status is 0 only
+	// for a row without a response, which cannot be (the row and its
+	// response commit together).
+	resp      idempotency.Response
+	decodeErr error // the stored body could not be decoded (decodeBody)
+	storedAt  time.Time
+}
+
+type accountKey struct{ merchant, id uuid.UUID }
+
+// batchLocks is what a batch's first round trip found.
+type batchLocks struct {
+	keyHeld  []bool      // by member: this transaction holds its key's lock
+	stored   []storedKey // by member: the row stored under its key
+	now      time.Time
+	accounts map[accountKey]*payment.Account // locked here
+	busy     map[accountKey]bool             // locked by another transaction (findBusy)
+}
+
+// lockBatch runs a batch's first round trip on conn: BEGIN, the members' key
+// locks, their stored responses and their accounts (see the top of
+// charges.go), and, when some account did not come back, findBusy.
+func (s *ChargePath) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, mode waits) (batchLocks, error) {
+	n := len(reqs)
+	merchants, keys, accountIDs := make([]pgtype.UUID, n), make([]string, n), make([]pgtype.UUID, n)
+	for i, r := range reqs {
+		merchants[i], keys[i], accountIDs[i] = pgUUID(r.Key.MerchantID), r.Key.Key, pgUUID(r.Charge.AccountID)
+	}
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(planSQL)
+	waiting := mode.key || mode.accounts
+	left := (time.Until(mode.deadline) + time.Millisecond - 1).Milliseconds() // rounded up: never before the deadline
+	if waiting {
+		b.Queue(lockTimeoutSQL, left)
+	}
+	if mode.key {
+		b.Queue(lockKeySQL, merchants[0], keys[0])
+	}
+	b.Queue(s.chargeSQL.tryLockKeys, merchants, keys)
+	b.Queue(s.chargeSQL.lookupKeys, merchants, keys, s.opts.KeyTTL)
+	lockAccounts := s.chargeSQL.lockAccounts
+	if mode.accounts {
+		b.Queue(lockTimeoutSQL, left)
+		lockAccounts = strings.Replace(lockAccounts, " SKIP LOCKED", "", 1)
+	}
+	b.Queue(lockAccounts, merchants, keys, accountIDs, s.opts.KeyTTL)
+	br := conn.SendBatch(ctx, b)
+	locks, err := readLocks(br, n, mode)
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil && !mode.accounts {
+		err = findBusy(ctx, conn, reqs, &locks)
+	}
+	return locks, err
+}
+
+// readLocks reads the answers of round trip 1.
+func readLocks(br pgx.BatchResults, n int, mode waits) (batchLocks, error) {
+	var r batchLocks
+	for range 2 { // BEGIN, planSQL
+		if _, err := br.Exec(); err != nil {
+			return r, fmt.Errorf("begin: %w", err)
+		}
+	}
+	if mode.key || mode.accounts {
+		if _, err := br.Exec(); err != nil {
+			return r, fmt.Errorf("bound lock waits: %w", err)
+		}
+	}
+	if mode.key {
+		if _, err := br.Exec(); err != nil {
+			if hasCode(err, codeLockNotAvailable) {
+				err = idempotency.ErrKeyInUse // the twin is still in flight after the whole bound
+			}
+			return r, err
+		}
+	}
+	var locked string
+	if err := br.QueryRow().Scan(&locked); err != nil {
+		return r, fmt.Errorf("lock keys: %w", err)
+	}
+	if r.keyHeld = parseBools(locked); len(r.keyHeld) != n {
+		return r, fmt.Errorf("lock keys: %d answers for %d keys", len(r.keyHeld), n)
+	}
+
+	var err error
+	if r.stored, r.now, err = readStoredKeys(br, n); err != nil {
+		return r, err
+	}
+
+	if mode.accounts {
+		if _, err := br.Exec(); err != nil {
+			return r, fmt.Errorf("bound lock waits: %w", err)
+		}
+	}
+	r.accounts, r.busy = make(map[accountKey]*payment.Account), make(map[accountKey]bool)
+	rows, _ := br.Query()
+	for rows.Next() {
+		a := &payment.Account{}
+		if err := rows.Scan(&a.MerchantID, &a.ID, &a.Currency, &a.Balance); err != nil {
+			rows.Close()
+			return r, fmt.Errorf("lock accounts: %w", err)
+		}
+		r.accounts[accountKey{a.MerchantID, a.ID}] = a
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("lock accounts: %w", err)
+	}
+	return r, nil
+}
+
+// readStoredKeys reads lookupKeysSQL's rows: by member, the response stored
+// under its key, and the transaction's clock.
+func readStoredKeys(br pgx.BatchResults, n int) ([]storedKey, time.Time, error) {
+	stored := make([]storedKey, n)
+	var now time.Time
+	rows, _ := br.Query()
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			i         int64
+			k         storedKey
+			status    *int32
+			encoding  *string
+			createdAt *time.Time
+			expired   *bool
+		)
+		if err := rows.Scan(&i, &now, &k.fingerprint, &status, &k.resp.Location, &k.resp.Body, &encoding, &createdAt, &expired); err != nil {
+			return nil, now, fmt.Errorf("look up keys: %w", err)
+		}
+		if createdAt != nil {
+			k.found, k.storedAt, k.expired = true, *createdAt, *expired
+		}
+		if status != nil {
+			k.resp.Status = int(*status)
+		}
+		if k.found && !k.expired {
+			k.resp.Body, k.decodeErr = decodeBody(k.resp.Body, encoding)
+		}
+		stored[i-1] = k
+	}
+	if err := rows.Err(); err != nil {
+		return nil, now, fmt.Errorf("look up keys: %w", err)
+	}
+	return stored, now, nil
+}
+
+// findBusy fills r.busy after a batch's round trip 1: of the accounts its
+// members wanted locked (their keys held here and not stored), those that
+// did not come back either do not exist (404) or are locked by another
+// transaction, skipped. One more round trip tells which, only when there are
+// any.
+func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, r *batchLocks) error {
+	var merchants, ids []pgtype.UUID
+	seen := make(map[accountKey]bool)
+	for i, req := range reqs {
+		ak := accountKey{req.Key.MerchantID, req.Charge.AccountID}
+		if !r.keyHeld[i] || (r.stored[i].found && !r.stored[i].expired) || r.accounts[ak] != nil || seen[ak] {
+			continue
+		}
+		seen[ak] = true
+		merchants, ids = append(merchants, pgUUID(ak.merchant)), append(ids, pgUUID(ak.id))
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, _ := conn.Query(ctx, existingAccountsSQL, merchants, ids)
+	defer rows.Close()
+	for rows.Next() {
+		var ak accountKey
+		if err := rows.Scan(&ak.merchant, &ak.id); err != nil {
+			return fmt.Errorf("find busy accounts: %w", err)
+		}
+		r.busy[ak] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("find busy accounts: %w", err)
+	}
+	return nil
+}
+
+// parseBools reads a PostgreSQL boolean array's text, such as {t,f,t}.
+func parseBools(s string) []bool {
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "{"), "}")
+	if s == "" {
+		return nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]bool, len(parts))
+	for i, p := range parts {
+		out[i] = p == "t"
+	}
+	return out
+}
