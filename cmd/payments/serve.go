@@ -32,18 +32,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	m.Pool(store.Pool())
 	m.ChargeBatcher(store.ChargeStats, store.StuckAfter())
 	front := idempotency.NewFront(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
-	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
-		func() float64 { h, _ := front.Cache().Stats(); return float64(h) })
-	m.GaugeFunc("payments_idempotency_cache_entries", "Completed responses held in the cache.",
-		func() float64 { return float64(front.Cache().Len()) })
-	m.GaugeFunc("payments_idempotency_cache_bytes", "Bytes the cached responses are counted for (IDEMPOTENCY_CACHE_BYTES bounds them).",
-		func() float64 { return float64(front.Cache().Bytes()) })
-	m.GaugeFunc("payments_idempotency_cache_max_bytes", "The cache's byte bound, IDEMPOTENCY_CACHE_BYTES.",
-		func() float64 { return float64(cfg.CacheBytes) })
-	m.GaugeFunc("payments_idempotency_cache_max_entries", "The cache's bound (IDEMPOTENCY_CACHE_SIZE).",
-		func() float64 { return float64(cfg.CacheSize) })
-	m.GaugeFunc("payments_idempotency_keys_in_flight", "Keys executing in this process (coalescing leaders).",
-		func() float64 { return float64(front.InFlight()) })
+	cacheMetrics(m, front, cfg)
 	if err := store.Ping(ctx); err != nil {
 		// Start anyway: /readyz reports the database, and requests answer 503
 		// until it is back.
@@ -57,15 +46,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		Metrics: m,
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
-	m.CounterFunc("payments_janitor_deleted_keys_total", "Expired idempotency keys deleted by this process's janitor.",
-		func() float64 { return float64(janitor.Deleted()) })
-	m.GaugeFunc("payments_janitor_caught_up_timestamp_seconds", "When this process's janitor last left no expired key (0: never; a janitor standing aside for another never does).",
-		func() float64 {
-			if at := janitor.CaughtUp(); !at.IsZero() {
-				return float64(at.Unix())
-			}
-			return 0
-		})
+	janitorMetrics(m, janitor)
 	janitorCtx, stopJanitor := context.WithCancel(context.WithoutCancel(ctx))
 	janitorDone := make(chan struct{})
 	go func() { defer close(janitorDone); janitor.Run(janitorCtx) }()
@@ -119,15 +100,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return err
 		}
 		defer nc.Close()
-		m.CounterFunc("payments_relay_published_total", "Events the broker stored.", func() float64 { return float64(r.Stats.Published.Load()) })
-		m.CounterFunc("payments_relay_duplicates_total", "Republished events the broker recognised.", func() float64 { return float64(r.Stats.Duplicates.Load()) })
-		m.CounterFunc("payments_relay_pruned_total", "Published events pruned after the retention.", func() float64 { return float64(r.Stats.Pruned.Load()) })
-		m.GaugeFunc("payments_relay_leader", "1 while this process's relay leads.", func() float64 {
-			if r.Stats.Leader.Load() {
-				return 1
-			}
-			return 0
-		})
+		relayMetrics(m, r)
 		relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 		relayDone := make(chan error, 1)
 		go func() { relayDone <- r.Run(relayCtx) }()
