@@ -47,10 +47,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
 	janitorMetrics(m, janitor)
-	janitorCtx, stopJanitor := context.WithCancel(context.WithoutCancel(ctx))
-	janitorDone := make(chan struct{})
-	go func() { defer close(janitorDone); janitor.Run(janitorCtx) }()
-	defer func() { stopJanitor(); <-janitorDone }()
+	stopJanitor := runBackground(ctx, janitor.Run)
+	defer stopJanitor()
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
@@ -82,10 +80,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	defer monitor.Close()
 	sampler := m.Backlog(outboxSampler(monitor, cfg.EventsHeldWarn, log))
-	samplerCtx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
-	samplerDone := make(chan struct{})
-	go func() { defer close(samplerDone); sampler.Run(samplerCtx, cfg.MetricsSample) }()
-	defer func() { stopSampler(); <-samplerDone }()
+	stopSampler := runBackground(ctx, func(ctx context.Context) { sampler.Run(ctx, cfg.MetricsSample) })
+	defer stopSampler()
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)
 		if err != nil {
@@ -93,25 +89,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 		defer stopPprof()
 	}
-
 	if cfg.RelayEnabled {
-		r, nc, err := newRelay(cfg, store, log)
+		stopRelay, err := startRelay(ctx, cfg, store, log, m)
 		if err != nil {
 			return err
 		}
-		defer nc.Close()
-		relayMetrics(m, r)
-		relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
-		relayDone := make(chan error, 1)
-		go func() { relayDone <- r.Run(relayCtx) }()
 		// Stop the relay after the HTTP server has drained: deferred calls
 		// run in reverse order, after the shutdown below.
-		defer func() {
-			stopRelay()
-			if err := <-relayDone; err != nil {
-				log.Error("relay stopped", "error", err)
-			}
-		}()
+		defer stopRelay()
 	}
 
 	served := make(chan error, 1)
@@ -132,4 +117,43 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// runBackground runs loop in a goroutine of its own and returns stop, which
+// cancels loop's context and waits for loop to return. That context keeps
+// ctx's values but not its end: ctx ending is serve's signal to drain the HTTP
+// server, and the background loops run on until serve's deferred calls stop
+// them, after the drain.
+func runBackground(ctx context.Context, loop func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// startRelay connects to NATS and runs serve's outbox relay in the background,
+// its metrics registered on m. stop ends the relay, logs the error it ended
+// with, if any, and then closes the NATS connection.
+func startRelay(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (stop func(), err error) {
+	r, nc, err := newRelay(cfg, store, log)
+	if err != nil {
+		return nil, err
+	}
+	relayMetrics(m, r)
+	var runErr error
+	stopRun := runBackground(ctx, func(ctx context.Context) { runErr = r.Run(ctx) })
+	return func() {
+		stopRun()
+		// stopRun waits for the relay to return, so runErr is set by now.
+		if runErr != nil {
+			log.Error("relay stopped", "error", runErr)
+		}
+		nc.Close()
+	}, nil
 }
