@@ -21,7 +21,9 @@ import (
 const maxHeaderBytes = 16 << 10
 
 // serve runs the HTTP API until ctx is cancelled, then drains in-flight
-// requests for up to ShutdownTimeout.
+// requests for up to ShutdownTimeout. Its deferred calls then stop the rest in
+// the reverse order of their start: the relay, the profiler, the outbox
+// sampler, the metrics listener and the janitor, and close the store last.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	m := metrics.New()
 	cfg, log, store, err := open(ctx, "serve", args, getenv, stderr, m)
@@ -54,15 +56,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
 	defer ln.Close() // in case serving never starts; Shutdown closes it too
-	srv := &http.Server{
-		Handler:           api,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 	log.Info("listening", "addr", ln.Addr().String())
 	if cfg.MetricsAddr != "" {
 		stopMetrics, err := serveMetrics(cfg.MetricsAddr, m.Handler(), log)
@@ -95,10 +88,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return err
 		}
 		// Stop the relay after the HTTP server has drained: deferred calls
-		// run in reverse order, after the shutdown below.
+		// run in reverse order, after serveHTTP's shutdown below.
 		defer stopRelay()
 	}
 
+	return serveHTTP(ctx, ln, api, cfg.ShutdownTimeout, log)
+}
+
+// serveHTTP serves h on ln until ctx is cancelled, then shuts the server down,
+// letting in-flight requests finish for up to timeout.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, timeout time.Duration, log *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -106,8 +114,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	log.Info("shutting down", "timeout", timeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
