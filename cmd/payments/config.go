@@ -58,14 +58,7 @@ func (c *config) settings() []setting {
 		{"COMMIT_WAIT", "commit-wait", "5s", "how long a commit may wait for the synchronous standby before the request answers 503 instead of success",
 			durationInto(&c.CommitWait)},
 		{"IDEMPOTENCY_CACHE_SIZE", "idempotency-cache-size", "10000", "completed responses kept in memory for fast replays (0 disables)",
-			func(v string) error {
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 0 {
-					return fmt.Errorf("want a whole number, got %q", v)
-				}
-				c.CacheSize = n
-				return nil
-			}},
+			wholeNumber(&c.CacheSize)},
 		{"IDEMPOTENCY_CACHE_BYTES", "idempotency-cache-bytes", "64MiB", "most memory the replay cache holds, in bytes (KiB, MiB, GiB suffixes; 0 disables)",
 			func(v string) (err error) { c.CacheBytes, err = parseBytes(v); return err }},
 		{"JANITOR_INTERVAL", "janitor-interval", "1m", "how often expired idempotency keys are deleted",
@@ -97,15 +90,7 @@ func (c *config) settings() []setting {
 				return nil
 			}},
 		{"METRICS_SAMPLE", "metrics-sample", "15s", "how often the outbox is sampled for its gauges and the EVENTS_HELD_WARN warning; at least 1s",
-			func(v string) error {
-				if err := durationInto(&c.MetricsSample)(v); err != nil {
-					return err
-				}
-				if c.MetricsSample < time.Second {
-					return fmt.Errorf("want at least 1s, got %q", v)
-				}
-				return nil
-			}},
+			durationAtLeast(&c.MetricsSample, time.Second)},
 		{"EVENTS_HELD_WARN", "events-held-warn", "30s", "log a warning naming the transaction that holds events back (the event horizon) once an event has waited this long; sampled every METRICS_SAMPLE",
 			durationInto(&c.EventsHeldWarn)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
@@ -115,13 +100,7 @@ func (c *config) settings() []setting {
 		{"NATS_URL", "nats-url", "nats://127.0.0.1:4222", "NATS server (with JetStream) the relay publishes events to",
 			func(v string) error { c.NATSURL = v; return nonEmpty(v) }},
 		{"RELAY_ENABLED", "relay", "true", "whether serve also runs the outbox relay (one replica leads at a time)",
-			func(v string) (err error) {
-				c.RelayEnabled, err = strconv.ParseBool(v)
-				if err != nil {
-					return fmt.Errorf("want true or false, got %q", v)
-				}
-				return nil
-			}},
+			boolInto(&c.RelayEnabled)},
 		{"RELAY_BATCH", "relay-batch", "100", "most events the relay publishes per round",
 			positiveInt(&c.RelayBatch)},
 		{"RELAY_POLL", "relay-poll", "1s", "how often the relay looks for events without a notification",
@@ -239,6 +218,18 @@ func nonEmpty(v string) error {
 	return nil
 }
 
+// wholeNumber parses an integer of 0 or more into n.
+func wholeNumber(n *int) func(string) error {
+	return func(v string) error {
+		parsed, err := strconv.Atoi(v)
+		if err != nil || parsed < 0 {
+			return fmt.Errorf("want a whole number, got %q", v)
+		}
+		*n = parsed
+		return nil
+	}
+}
+
 func positiveInt(n *int) func(string) error {
 	return func(v string) error {
 		parsed, err := strconv.Atoi(v)
@@ -272,6 +263,31 @@ func durationInto(d *time.Duration) func(string) error {
 			return fmt.Errorf("want a positive duration such as 5s or 24h, got %q", v)
 		}
 		*d = parsed
+		return nil
+	}
+}
+
+// durationAtLeast parses a duration of at least floor into d.
+func durationAtLeast(d *time.Duration, floor time.Duration) func(string) error {
+	return func(v string) error {
+		if err := durationInto(d)(v); err != nil {
+			return err
+		}
+		if *d < floor {
+			return fmt.Errorf("want at least %s, got %q", floor, v)
+		}
+		return nil
+	}
+}
+
+// boolInto parses a boolean into b, as strconv.ParseBool reads it: true,
+// false, 1, 0 and their other spellings.
+func boolInto(b *bool) func(string) error {
+	return func(v string) (err error) {
+		*b, err = strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
 		return nil
 	}
 }

@@ -7,6 +7,10 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"payments/internal/idempotency"
+	"payments/internal/metrics"
+	"payments/internal/relay"
 )
 
 // serveMetrics serves h at /metrics on its own listener at addr
@@ -34,4 +38,47 @@ func serveAside(setting, addr string, h http.Handler, log *slog.Logger, msg stri
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// cacheMetrics registers the gauges of serve's replay cache, front's, and of
+// the bounds cfg sets on it.
+func cacheMetrics(m *metrics.Metrics, front *idempotency.Front, cfg config) {
+	m.CounterFunc("payments_idempotency_cache_hits_total", "Replays answered from the in-memory cache.",
+		func() float64 { h, _ := front.Cache().Stats(); return float64(h) })
+	m.GaugeFunc("payments_idempotency_cache_entries", "Completed responses held in the cache.",
+		func() float64 { return float64(front.Cache().Len()) })
+	m.GaugeFunc("payments_idempotency_cache_bytes", "Bytes the cached responses are counted for (IDEMPOTENCY_CACHE_BYTES bounds them).",
+		func() float64 { return float64(front.Cache().Bytes()) })
+	m.GaugeFunc("payments_idempotency_cache_max_bytes", "The cache's byte bound, IDEMPOTENCY_CACHE_BYTES.",
+		func() float64 { return float64(cfg.CacheBytes) })
+	m.GaugeFunc("payments_idempotency_cache_max_entries", "The cache's bound (IDEMPOTENCY_CACHE_SIZE).",
+		func() float64 { return float64(cfg.CacheSize) })
+	m.GaugeFunc("payments_idempotency_keys_in_flight", "Keys executing in this process (coalescing leaders).",
+		func() float64 { return float64(front.InFlight()) })
+}
+
+// janitorMetrics registers what this process's janitor has done.
+func janitorMetrics(m *metrics.Metrics, janitor *idempotency.Janitor) {
+	m.CounterFunc("payments_janitor_deleted_keys_total", "Expired idempotency keys deleted by this process's janitor.",
+		func() float64 { return float64(janitor.Deleted()) })
+	m.GaugeFunc("payments_janitor_caught_up_timestamp_seconds", "When this process's janitor last left no expired key (0: never; a janitor standing aside for another never does).",
+		func() float64 {
+			if at := janitor.CaughtUp(); !at.IsZero() {
+				return float64(at.Unix())
+			}
+			return 0
+		})
+}
+
+// relayMetrics registers the counters of serve's relay and whether it leads.
+func relayMetrics(m *metrics.Metrics, r *relay.Relay) {
+	m.CounterFunc("payments_relay_published_total", "Events the broker stored.", func() float64 { return float64(r.Stats.Published.Load()) })
+	m.CounterFunc("payments_relay_duplicates_total", "Republished events the broker recognised.", func() float64 { return float64(r.Stats.Duplicates.Load()) })
+	m.CounterFunc("payments_relay_pruned_total", "Published events pruned after the retention.", func() float64 { return float64(r.Stats.Pruned.Load()) })
+	m.GaugeFunc("payments_relay_leader", "1 while this process's relay leads.", func() float64 {
+		if r.Stats.Leader.Load() {
+			return 1
+		}
+		return 0
+	})
 }

@@ -51,3 +51,21 @@ func open(ctx context.Context, name string, args []string, getenv func(string) s
 	}
 	return cfg, log, store, nil
 }
+
+// openAdmin opens a one-connection store for an operator command; dbURL, if
+// set, overrides DATABASE_URL.
+func openAdmin(ctx context.Context, cmd, dbURL string, getenv func(string) string, stderr io.Writer) (*postgres.Store, error) {
+	var cfgArgs []string
+	if dbURL != "" {
+		cfgArgs = []string{"--database-url", dbURL}
+	}
+	cfg, err := loadConfig(cmd, cfgArgs, getenv, stderr)
+	if err != nil {
+		return nil, err
+	}
+	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{MaxConns: 1})
+	if err != nil {
+		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	return store, nil
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"payments/migrations"
+)
+
+// migrate applies, reverts or reports the schema. "up" first waits up to
+// MIGRATE_WAIT for PostgreSQL to accept connections, as it may still be
+// starting next to the service (docker compose up).
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("usage: payments migrate up|down|version [--database-url URL] [--migrate-wait 60s]")
+	}
+	cfg, err := loadConfig("migrate "+args[0], args[1:], getenv, stderr)
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "up":
+		if err := waitForDatabase(ctx, cfg.DatabaseURL, cfg.MigrateWait, stderr); err != nil {
+			return err
+		}
+		if err := migrations.Up(cfg.DatabaseURL); err != nil {
+			return err
+		}
+	case "down":
+		if err := migrations.Down(cfg.DatabaseURL); err != nil {
+			return err
+		}
+	case "version":
+	default:
+		return fmt.Errorf("unknown migrate command %q: want up, down or version", args[0])
+	}
+	version, dirty, err := migrations.Version(cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "schema version %d (dirty: %t)\n", version, dirty)
+	return err
+}
+
+// retryInterval is the pause between two attempts of waitForDatabase.
+const retryInterval = time.Second
+
+// waitForDatabase runs ensureDatabase until it succeeds, fails in a way that
+// waiting cannot fix (a wrong password, an SQL error), or wait has passed. Each
+// wait prints one line naming the server and the cause.
+func waitForDatabase(ctx context.Context, databaseURL string, wait time.Duration, stderr io.Writer) error {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	server := net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))
+	deadline := time.Now().Add(wait)
+	for {
+		err := ensureDatabase(ctx, databaseURL, stderr)
+		if err == nil || !notYetReachable(ctx, err) {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("PostgreSQL at %s did not accept connections within %s (MIGRATE_WAIT): %w", server, wait, err)
+		}
+		fmt.Fprintf(stderr, "waiting for PostgreSQL at %s: %s\n", server, connectCause(err))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for PostgreSQL at %s: %w", server, ctx.Err())
+		case <-time.After(min(retryInterval, left)):
+		}
+	}
+}
+
+// notYetReachable reports whether err is a server that is not there yet: its
+// port refuses or times out, its name does not resolve yet (a container still
+// starting), or it answers that it is starting up (SQLSTATE 57P03).
+func notYetReachable(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "57P03" // cannot_connect_now
+	}
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &dnsErr) ||
+		errors.As(err, &opErr) && opErr.Op == "dial" ||
+		errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+}
+
+// connectCause is the innermost part of a connection error worth a line:
+// "connect: connection refused", not the driver's whole account.
+func connectCause(err error) string {
+	var pgErr *pgconn.PgError
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &pgErr):
+		return pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+	case errors.As(err, &dnsErr):
+		return dnsErr.Error()
+	case errors.As(err, &opErr) && opErr.Err != nil:
+		return opErr.Err.Error()
+	}
+	return err.Error()
+}
+
+// ensureDatabase creates the database named in databaseURL when the server
+// reports it does not exist, so a newcomer needs no psql to get started.
+func ensureDatabase(ctx context.Context, databaseURL string, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		// A host that drops packets costs one attempt 5 s, not the whole wait.
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return fmt.Errorf("connect to DATABASE_URL: %w", err)
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("database %q does not exist, and connecting to database postgres to create it failed: %w", name, err)
+	}
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+migrations.CreateDatabaseOptions)
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
+		// Created meanwhile, by another replica migrating at the same time,
+		// or already there but not yet replayed on the standby that a
+		// multi-host URL tried first (pgx stops at its "does not exist").
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %q: %w", name, err)
+	}
+	fmt.Fprintf(stderr, "created database %q\n", name)
+	return nil
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"payments"
+	"payments/internal/httpapi"
+	"payments/internal/idempotency"
+	"payments/internal/metrics"
+	"payments/internal/postgres"
+)
+
+// maxHeaderBytes bounds a request's headers; net/http answers 431 past it.
+const maxHeaderBytes = 16 << 10
+
+// serve runs the HTTP API until ctx is cancelled, then drains in-flight
+// requests for up to ShutdownTimeout. Its deferred calls then stop the rest in
+// the reverse order of their start: the relay, the profiler, the outbox
+// sampler, the metrics listener and the janitor, and close the store last.
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	m := metrics.New()
+	cfg, log, store, err := open(ctx, "serve", args, getenv, stderr, m)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	m.Pool(store.Pool())
+	m.ChargeBatcher(store.ChargeStats, store.StuckAfter())
+	front := idempotency.NewFront(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
+	cacheMetrics(m, front, cfg)
+	if err := store.Ping(ctx); err != nil {
+		// Start anyway: /readyz reports the database, and requests answer 503
+		// until it is back.
+		log.Warn("database not reachable at start", "error", err)
+	}
+
+	api := httpapi.New(store, log, httpapi.Options{
+		Spec:    payments.OpenAPI,
+		Docs:    true,
+		Front:   front,
+		Metrics: m,
+	})
+	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
+	janitorMetrics(m, janitor)
+	stopJanitor := runBackground(ctx, janitor.Run)
+	defer stopJanitor()
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	defer ln.Close() // in case serving never starts; Shutdown closes it too
+	log.Info("listening", "addr", ln.Addr().String())
+	if cfg.MetricsAddr != "" {
+		stopMetrics, err := serveMetrics(cfg.MetricsAddr, m.Handler(), log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	// The outbox is sampled in the background on a connection of its own, for
+	// the gauges and the warning about held events: a scrape does no database
+	// work, and sampling takes no connection from payments.
+	monitor, err := postgres.OpenMonitor(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	defer monitor.Close()
+	sampler := m.Backlog(outboxSampler(monitor, cfg.EventsHeldWarn, log))
+	stopSampler := runBackground(ctx, func(ctx context.Context) { sampler.Run(ctx, cfg.MetricsSample) })
+	defer stopSampler()
+	if cfg.PprofAddr != "" {
+		stopPprof, err := servePprof(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
+	if cfg.RelayEnabled {
+		stopRelay, err := startRelay(ctx, cfg, store, log, m)
+		if err != nil {
+			return err
+		}
+		// Stop the relay after the HTTP server has drained: deferred calls
+		// run in reverse order, after serveHTTP's shutdown below.
+		defer stopRelay()
+	}
+
+	return serveHTTP(ctx, ln, api, cfg.ShutdownTimeout, log)
+}
+
+// serveHTTP serves h on ln until ctx is cancelled, then shuts the server down,
+// letting in-flight requests finish for up to timeout.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, timeout time.Duration, log *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", timeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// runBackground runs loop in a goroutine of its own and returns stop, which
+// cancels loop's context and waits for loop to return. That context keeps
+// ctx's values but not its end: ctx ending is serve's signal to drain the HTTP
+// server, and the background loops run on until serve's deferred calls stop
+// them, after the drain.
+func runBackground(ctx context.Context, loop func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// startRelay connects to NATS and runs serve's outbox relay in the background,
+// its metrics registered on m. stop ends the relay, logs the error it ended
+// with, if any, and then closes the NATS connection.
+func startRelay(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (stop func(), err error) {
+	r, nc, err := newRelay(cfg, store, log)
+	if err != nil {
+		return nil, err
+	}
+	relayMetrics(m, r)
+	var runErr error
+	stopRun := runBackground(ctx, func(ctx context.Context) { runErr = r.Run(ctx) })
+	return func() {
+		stopRun()
+		// stopRun waits for the relay to return, so runErr is set by now.
+		if runErr != nil {
+			log.Error("relay stopped", "error", runErr)
+		}
+		nc.Close()
+	}, nil
+}
