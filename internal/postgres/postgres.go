@@ -1,6 +1,9 @@
 // Package postgres implements the payment ledger and the idempotency store on
-// PostgreSQL with pgx. It is the only package that speaks SQL, and it turns
-// driver errors into domain errors at its boundary.
+// PostgreSQL with pgx, and turns driver errors into domain errors at its
+// boundary. It holds the SQL the service runs on its data, with two
+// exceptions: the worked-example consumer owns its tables and their SQL
+// (internal/consumer/inbox.go), and the schema is in migrations, which
+// cmd/payments runs (creating the database first if it is missing).
 //
 // Isolation: transactions run at READ COMMITTED. That suffices because no
 // decision is ever made from a value that another transaction may still change:
