@@ -71,66 +71,6 @@ func (l *ledger) Deposit(ctx context.Context, merchantID, accountID uuid.UUID, a
 }
 
 const (
-	// debitSQL takes the amount only if the balance covers it. Under READ
-	// COMMITTED a concurrent debit makes this wait for the row and re-check the
-	// WHERE clause against the newest balance, so the balance cannot go negative.
-	debitSQL = `
-WITH debited AS (
-    UPDATE accounts SET balance = balance - $3
-    WHERE merchant_id = $1 AND id = $2 AND currency = $4 AND balance >= $3
-    RETURNING id
-)
-INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, description, metadata)
-SELECT $1, $5, id, $3, $4, 'succeeded', $6, $7 FROM debited
-RETURNING created_at`
-
-	accountCurrencySQL = `SELECT currency FROM accounts WHERE merchant_id = $1 AND id = $2`
-
-	failedChargeSQL = `
-INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, failure_code, description, metadata)
-VALUES ($1, $5, $2, $3, $4, 'failed', $6, $7, $8)
-RETURNING created_at`
-)
-
-func (l *ledger) Charge(ctx context.Context, merchantID uuid.UUID, in payment.NewCharge) (payment.Charge, error) {
-	c := payment.Charge{
-		ID:          payment.NewID(),
-		AccountID:   in.AccountID,
-		Amount:      in.Amount,
-		Currency:    in.Currency,
-		Status:      payment.ChargeSucceeded,
-		Description: in.Description,
-		Metadata:    nonNil(in.Metadata),
-	}
-	err := l.q.QueryRow(ctx, debitSQL, merchantID, c.AccountID, c.Amount, c.Currency, c.ID, c.Description, c.Metadata).Scan(&c.CreatedAt)
-	if err == nil {
-		return c, l.event(ctx, merchantID, "charge", c.ID, payment.EventChargeSucceeded, c)
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return payment.Charge{}, fmt.Errorf("debit account: %w", err)
-	}
-
-	// The debit did not happen. An account's existence and currency never
-	// change, so they tell why; otherwise the balance did not cover the amount.
-	var currency string
-	err = l.q.QueryRow(ctx, accountCurrencySQL, merchantID, c.AccountID).Scan(&currency)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return payment.Charge{}, payment.ErrAccountNotFound
-	case err != nil:
-		return payment.Charge{}, fmt.Errorf("look up account: %w", err)
-	case currency != c.Currency:
-		return payment.Charge{}, fmt.Errorf("%w: the account holds %s, the charge is in %s", payment.ErrCurrencyMismatch, currency, c.Currency)
-	}
-	c.Status, c.FailureCode = payment.ChargeFailed, payment.FailureInsufficientFunds
-	err = l.q.QueryRow(ctx, failedChargeSQL, merchantID, c.AccountID, c.Amount, c.Currency, c.ID, c.FailureCode, c.Description, c.Metadata).Scan(&c.CreatedAt)
-	if err != nil {
-		return payment.Charge{}, fmt.Errorf("insert failed charge: %w", err)
-	}
-	return c, l.event(ctx, merchantID, "charge", c.ID, payment.EventChargeFailed, c)
-}
-
-const (
 	// lockChargeSQL reads the charge and locks it until the transaction ends, so
 	// the refund decided from it cannot race another refund of the same charge.
 	lockChargeSQL = `

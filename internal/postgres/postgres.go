@@ -1,6 +1,9 @@
 // Package postgres implements the payment ledger and the idempotency store on
-// PostgreSQL with pgx. It is the only package that speaks SQL, and it turns
-// driver errors into domain errors at its boundary.
+// PostgreSQL with pgx, and turns driver errors into domain errors at its
+// boundary. It holds the SQL the service runs on its data, with two
+// exceptions: the worked-example consumer owns its tables and their SQL
+// (internal/consumer/inbox.go), and the schema is in migrations, which
+// cmd/payments runs (creating the database first if it is missing).
 //
 // Isolation: transactions run at READ COMMITTED. That suffices because no
 // decision is ever made from a value that another transaction may still change:
@@ -80,10 +83,11 @@ func (o Options) withDefaults() Options {
 }
 
 // Store is the PostgreSQL side of the service, one role per type, each with
-// its SQL in its own file, over one pool: Keys (idempotency.go), ChargePath
-// (charges.go, ledger.go), Reader (reader.go), Outbox (outbox.go) and
-// Merchants (merchants.go, auth.go). Store bundles them for cmd/payments,
-// which hands each consumer of the store the interface it declares.
+// its SQL in its own files, over one pool: Keys (idempotency.go, and ledger.go
+// for the ledger its steps run on), ChargePath (charges.go, chargewait.go),
+// Reader (reader.go), Outbox (outbox.go) and Merchants (merchants.go,
+// auth.go). Store bundles them for cmd/payments, which hands each consumer of
+// the store the interface it declares.
 type Store struct {
 	*db
 	*Keys
