@@ -22,7 +22,7 @@ import (
 )
 
 // The janitor's defaults in cmd/payments: JANITOR_BATCH and the pause
-// between batches that commands.go passes to idempotency.NewJanitor.
+// between batches that serve.go passes to idempotency.NewJanitor.
 const (
 	defaultJanitorBatch = 1000
 	defaultJanitorPause = 10 * time.Millisecond

@@ -84,9 +84,9 @@ func (o Options) withDefaults() Options {
 
 // Store is the PostgreSQL side of the service, one role per type, each with
 // its SQL in its own files, over one pool: Keys (idempotency.go, and ledger.go
-// for the ledger its steps run on), ChargePath (charges.go, chargewait.go),
-// Reader (reader.go), Outbox (outbox.go) and Merchants (merchants.go,
-// auth.go). Store bundles them for cmd/payments, which hands each consumer of
+// for the ledger its steps run on), ChargePath (charges.go, chargewait.go,
+// and its SQL in chargesql.go and chargewrite.go), Reader (reader.go), Outbox
+// (outbox.go) and Merchants (merchants.go, auth.go). Store bundles them for cmd/payments, which hands each consumer of
 // the store the interface it declares.
 type Store struct {
 	*db
