@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"strings"
 	"testing"
 
 	"payments/internal/idempotency"
+	"payments/internal/testkit"
 )
 
 // requestShapes are the bodies the POST endpoints decode, each with its route.
@@ -71,7 +71,7 @@ func FuzzDecode(f *testing.F) {
 					shape.path, body, show(dst), canonical, show(again))
 			}
 			// So is any other spelling of the same document.
-			variant := respell(t, body, true)
+			variant := respelled(t, testkit.Respell, body)
 			canonicalVariant, err := idempotency.Canonicalize(variant)
 			if err != nil || !bytes.Equal(canonicalVariant, canonical) {
 				t.Fatalf("%q and its respelling %q canonicalise to %q and %q (%v)", body, variant, canonical, canonicalVariant, err)
@@ -83,7 +83,7 @@ func FuzzDecode(f *testing.F) {
 			// Numbers keep their spelling here: the decoder takes only
 			// integer literals for amounts, and refuses 1.0E0 (a 400 before
 			// the key is claimed, so no fingerprint is at stake).
-			variant = respell(t, body, false)
+			variant = respelled(t, testkit.RespellKeepingNumbers, body)
 			fromVariant := shape.new()
 			if _, ok := decodeStrict(variant, fromVariant); !ok || !reflect.DeepEqual(dst, fromVariant) {
 				t.Fatalf("%s: %q decodes to %s, its respelling %q to %s", shape.path, body, show(dst), variant, show(fromVariant))
@@ -141,113 +141,14 @@ func FuzzReadPost(f *testing.F) {
 	})
 }
 
-// respell writes the JSON document in body another way that means the same:
-// members in reverse order, other whitespace, every string character as a
-// \u escape, and (if numbers) numbers with a zero fraction and an exponent
-// added. Member names
-// keep their case: encoding/json would match "Amount" to amount, but it is a
-// different name, and so a different document.
-func respell(t *testing.T, body []byte, numbers bool) []byte {
+// respelled is body respelled by how, which must take it.
+func respelled(t *testing.T, how func([]byte) ([]byte, error), body []byte) []byte {
 	t.Helper()
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var out bytes.Buffer
-	if err := respellValue(dec, &out, numbers); err != nil {
+	out, err := how(body)
+	if err != nil {
 		t.Fatalf("respell %q: %v", body, err)
 	}
-	return out.Bytes()
-}
-
-func respellValue(dec *json.Decoder, out *bytes.Buffer, numbers bool) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch v := tok.(type) {
-	case json.Delim:
-		if v == '[' {
-			out.WriteString("[ ")
-			for i := 0; dec.More(); i++ {
-				if i > 0 {
-					out.WriteString(" ,\n")
-				}
-				if err := respellValue(dec, out, numbers); err != nil {
-					return err
-				}
-			}
-			_, err := dec.Token()
-			out.WriteString("\t]")
-			return err
-		}
-		var members [][]byte
-		for dec.More() {
-			key, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			var m bytes.Buffer
-			escapeAll(&m, key.(string))
-			m.WriteString(" :\r\n ")
-			if err := respellValue(dec, &m, numbers); err != nil {
-				return err
-			}
-			members = append(members, m.Bytes())
-		}
-		if _, err := dec.Token(); err != nil {
-			return err
-		}
-		out.WriteString("{\n")
-		for i := len(members) - 1; i >= 0; i-- {
-			out.Write(members[i])
-			if i > 0 {
-				out.WriteString(",  ")
-			}
-		}
-		out.WriteString("\n}")
-	case string:
-		escapeAll(out, v)
-	case json.Number:
-		if !numbers {
-			out.WriteString(string(v))
-			break
-		}
-		mantissa, exp, hasExp := strings.Cut(strings.ToLower(string(v)), "e")
-		if !strings.Contains(mantissa, ".") {
-			mantissa += ".0"
-		}
-		if !hasExp {
-			exp = "0"
-		}
-		out.WriteString(mantissa + "0E" + exp)
-	case bool:
-		out.WriteString(map[bool]string{true: "true", false: "false"}[v])
-	case nil:
-		out.WriteString("null")
-	}
-	return nil
-}
-
-// escapeAll writes s as a JSON string with every character escaped.
-func escapeAll(out *bytes.Buffer, s string) {
-	out.WriteByte('"')
-	for _, r := range s {
-		if r > 0xffff {
-			r -= 0x10000
-			writeEscape(out, 0xd800+(r>>10))
-			writeEscape(out, 0xdc00+(r&0x3ff))
-			continue
-		}
-		writeEscape(out, r)
-	}
-	out.WriteByte('"')
-}
-
-func writeEscape(out *bytes.Buffer, r rune) {
-	const hex = "0123456789abcdef"
-	out.WriteString(`\u`)
-	for shift := 12; shift >= 0; shift -= 4 {
-		out.WriteByte(hex[(r>>shift)&0xf])
-	}
+	return out
 }
 
 // show renders a decoded request, pointers followed.
