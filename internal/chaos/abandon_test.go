@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"payments/internal/pgtest"
 	"payments/internal/testkit"
 )
 
@@ -34,7 +31,6 @@ import (
 // byte for byte, the balances are what the answers say, one charge per key,
 // no 500, and /readyz is 200 with no batch left running.
 func TestAbandoningClients(t *testing.T) {
-	checkLeaks(t)
 	var (
 		measure  = scale(2*time.Second, 8*time.Second)
 		duration = scale(5*time.Second, 40*time.Second)
@@ -42,13 +38,8 @@ func TestAbandoningClients(t *testing.T) {
 		leavers  = scale(6, 12)
 		nAcct    = scale(6, 20)
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), scale(2*time.Minute, 10*time.Minute))
-	defer cancel()
-	began := time.Now()
-
-	bin := buildBinary(t)
-	dbURL := pgtest.NewDatabase(t)
-	m := migrateAndRegister(t, bin, dbURL, "abandon")[0]
+	s := startScenario(t, scale(2*time.Minute, 10*time.Minute), testDatabase, "abandon")
+	ctx, bin, dbURL, m, db, record := s.ctx, s.bin, s.dbURL, s.merchants[0], s.db, s.record
 	natsURL := testkit.StartNATS(t).URL()
 	// The outbox's relay runs in a replica of its own, started first so that
 	// it holds the lease. The process under test (svc) has a twin that lives
@@ -62,20 +53,8 @@ func TestAbandoningClients(t *testing.T) {
 	svc := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: []string{"IDEMPOTENCY_WAIT=1s"}})
 	twin := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: []string{"IDEMPOTENCY_WAIT=1s"}})
 	c := newClient(t, m.APIKey, "abandon-key-", func(int) string { return svc.url() })
-	db, err := pgxpool.New(ctx, dbURL)
-	must(t, err, "connect")
-	t.Cleanup(db.Close)
 
-	var (
-		accounts []string
-		mu       sync.Mutex
-		ops      []op
-	)
-	record := func(o op) {
-		mu.Lock()
-		ops = append(ops, o)
-		mu.Unlock()
-	}
+	var accounts []string
 	for range nAcct {
 		acct := c.mustAccount(t, ctx, usd)
 		accounts = append(accounts, acct)
@@ -141,7 +120,8 @@ func TestAbandoningClients(t *testing.T) {
 	defer stopChaos()
 	var (
 		wg        sync.WaitGroup
-		abandoned []op // sent and given up on: retried afterwards with their keys
+		mu        sync.Mutex // guards abandoned
+		abandoned []op       // sent and given up on: retried afterwards with their keys
 		ways      [4]atomic.Int64
 		locks     atomic.Int64
 	)
@@ -280,7 +260,7 @@ func TestAbandoningClients(t *testing.T) {
 	}
 
 	twin.stop()
-	end := judge(t, ctx, db, svc, natsURL, m, c, ops)
+	end := s.judge(t, svc, natsURL, c)
 	for _, other := range []*service{twin, relayer} {
 		if leaked := logsMention(other.logs.String(), c.keyPrefix, m.APIKey); len(leaked) > 0 {
 			t.Errorf("a replica logged %q", leaked)
@@ -295,7 +275,7 @@ func TestAbandoningClients(t *testing.T) {
 	t.Logf("throughput before %.0f charges/s, after %.0f (%.0f %%%s); %d abandoned (%d before the body, %d, %d, %d given up after 0-40 ms), "+
 		"reported by the service %v; %d account locks; %d operations, %d 503, %d 409 in-use",
 		before, after, 100*kept, paired, len(abandoned), ways[0].Load(), ways[1].Load(), ways[2].Load(), ways[3].Load(),
-		leftCounts, locks.Load(), len(ops), st.unavailable.Load()+either.stats.unavailable.Load(), st.inUse.Load()+either.stats.inUse.Load())
+		leftCounts, locks.Load(), len(s.recorded()), st.unavailable.Load()+either.stats.unavailable.Load(), st.inUse.Load()+either.stats.inUse.Load())
 
 	summary{
 		scenario: "abandoning clients (gone before the body, while queued, in a batch, at COMMIT) and locked accounts",
@@ -306,7 +286,7 @@ func TestAbandoningClients(t *testing.T) {
 		lost:       end.lost(),
 		violations: end.violations(),
 		command:    reproduce("TestAbandoningClients"),
-	}.log(t, time.Since(began))
+	}.log(t, time.Since(s.began))
 }
 
 // sendHalfAndClose sends o's headers and half its body on a connection of

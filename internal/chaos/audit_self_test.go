@@ -1,26 +1,17 @@
 package chaos_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"payments/internal/pgtest"
 )
 
 // TestAuditFindsDamage checks the checker: a ledger damaged by hand, the way
 // the faults must never damage it, fails every invariant the scenarios count
 // on, so their zeros mean something.
 func TestAuditFindsDamage(t *testing.T) {
-	checkLeaks(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	bin := buildBinary(t)
-	dbURL := pgtest.NewDatabase(t)
-	m := migrateAndRegister(t, bin, dbURL, "audit")[0]
+	s := startScenario(t, 60*time.Second, testDatabase, "audit")
+	ctx, bin, dbURL, m, db := s.ctx, s.bin, s.dbURL, s.merchants[0], s.db
 	svc := newService(t, bin, serviceConfig{databaseURL: dbURL})
 	c := newClient(t, m.APIKey, "audit-key-", func(int) string { return svc.url() })
 	acct := c.mustAccount(t, ctx, usd)
@@ -36,9 +27,6 @@ func TestAuditFindsDamage(t *testing.T) {
 	if ops[3].answer.status != http.StatusPaymentRequired {
 		t.Fatalf("the uncovered charge: %d %s", ops[3].answer.status, ops[3].answer.body)
 	}
-	db, err := pgxpool.New(ctx, dbURL)
-	must(t, err, "connect")
-	t.Cleanup(db.Close)
 	if a := auditDatabase(t, ctx, db, m.ID); a.duplicateCharges+a.missingEvents+a.violations() != 0 || a.balanceGap != 0 {
 		t.Fatalf("the undamaged ledger fails the audit: %s", a)
 	}

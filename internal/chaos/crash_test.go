@@ -2,7 +2,6 @@ package chaos_test
 
 import (
 	"bytes"
-	"context"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -10,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"payments/internal/pgtest"
 	"payments/internal/testkit"
 )
 
@@ -25,36 +21,21 @@ import (
 // charge per key, a key for every object, an event for every object, and
 // balances that add up.
 func TestCrash(t *testing.T) {
-	checkLeaks(t)
 	var (
 		charges = scale(300, 5000)
 		workers = scale(8, 16)
 		kills   = scale(3, 30)
 		nAcct   = scale(6, 20)
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), scale(90*time.Second, 15*time.Minute))
-	defer cancel()
-	began := time.Now()
-
-	bin := buildBinary(t)
-	dbURL := pgtest.NewDatabase(t)
-	m := migrateAndRegister(t, bin, dbURL, "crash")[0]
+	s := startScenario(t, scale(90*time.Second, 15*time.Minute), testDatabase, "crash")
+	ctx, bin, m, record := s.ctx, s.bin, s.merchants[0], s.record
 	natsURL := testkit.StartNATS(t).URL()
-	svc := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL})
+	svc := newService(t, bin, serviceConfig{databaseURL: s.dbURL, natsURL: natsURL})
 	c := newClient(t, m.APIKey, "crash-key-", func(int) string { return svc.url() })
 
 	// Accounts funded for about 70% of what will be charged, so that the last
 	// charges on each account fail with 402 and record failed charges.
-	var (
-		accounts []string
-		mu       sync.Mutex
-		ops      []op
-	)
-	record := func(o op) {
-		mu.Lock()
-		ops = append(ops, o)
-		mu.Unlock()
-	}
+	var accounts []string
 	perAccount := int64(charges) * 250 * 70 / 100 / int64(nAcct)
 	for range nAcct {
 		acct := c.mustAccount(t, ctx, usd)
@@ -140,7 +121,7 @@ func TestCrash(t *testing.T) {
 	// Every definite answer was 201 or 402 (a refund: 201), and asking again
 	// now returns it byte for byte, marked as a replay.
 	var unexpected, replayMismatch int
-	for _, o := range ops {
+	for _, o := range s.recorded() {
 		ok := o.answer.status == http.StatusCreated || (o.kind == "charge" && o.answer.status == http.StatusPaymentRequired)
 		if !ok {
 			unexpected++
@@ -159,15 +140,12 @@ func TestCrash(t *testing.T) {
 
 	// Every event reached JetStream: the relay ran inside each process and
 	// was killed with it.
-	db, err := pgxpool.New(ctx, dbURL)
-	must(t, err, "connect")
-	t.Cleanup(db.Close)
-	end := judge(t, ctx, db, svc, natsURL, m, c, ops)
+	end := s.judge(t, svc, natsURL, c)
 	st := c.stats
 	t.Logf("%d operations (%d charges, %d failed for funds), %d requests before the replay pass: %d network errors, "+
 		"%d 503, %d 409 in-use, %d replays (answers lost to a kill after the commit); %d kills, %d starts; "+
 		"%d events in the stream twice",
-		len(ops), end.audit.charges, end.audit.failed, chargeRequests, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
+		len(s.recorded()), end.audit.charges, end.audit.failed, chargeRequests, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
 		replaysInRun, kills, svc.starts, end.republished)
 
 	summary{
@@ -178,5 +156,5 @@ func TestCrash(t *testing.T) {
 		lost:       end.lost(),
 		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()),
 		command:    reproduce("TestCrash"),
-	}.log(t, time.Since(began))
+	}.log(t, time.Since(s.began))
 }

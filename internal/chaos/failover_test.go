@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/internal/testkit"
 )
@@ -188,20 +187,14 @@ type failoverScenario struct {
 
 func runFailover(t *testing.T, sc failoverScenario) {
 	cl := haCluster(t)
-	checkLeaks(t)
 	var (
 		workers = scale(6, 12)
 		nAcct   = scale(6, 20)
 		before  = scale(3*time.Second, 20*time.Second) // load before the fault
 		after   = scale(5*time.Second, 40*time.Second) // load once the first charge after it is decided
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), scale(3*time.Minute, 10*time.Minute))
-	defer cancel()
-	began := time.Now()
-
-	bin := buildBinary(t)
-	dbURL := cl.newDatabase(t)
-	m := migrateAndRegister(t, bin, dbURL, "failover")[0]
+	s := startScenario(t, scale(3*time.Minute, 10*time.Minute), cl.newDatabase, "failover")
+	ctx, bin, dbURL, m, record := s.ctx, s.bin, s.dbURL, s.merchants[0], s.record
 	natsURL := testkit.StartNATS(t).URL()
 	svc := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: []string{"COMMIT_WAIT=2s"}})
 	c := newClient(t, m.APIKey, "failover-key-", func(int) string { return svc.url() })
@@ -209,16 +202,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		c.http.Timeout = sc.clientTimeout
 	}
 
-	var (
-		accounts []string
-		mu       sync.Mutex
-		ops      []op
-	)
-	record := func(o op) {
-		mu.Lock()
-		ops = append(ops, o)
-		mu.Unlock()
-	}
+	var accounts []string
 	for range nAcct {
 		acct := c.mustAccount(t, ctx, usd)
 		accounts = append(accounts, acct)
@@ -299,7 +283,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 
 	// Every definite answer is stored and replays byte for byte.
 	var unexpected, replayMismatch int
-	for _, o := range ops {
+	for _, o := range s.recorded() {
 		if o.answer.status != http.StatusCreated && o.answer.status != http.StatusPaymentRequired {
 			unexpected++
 			t.Errorf("%s %s: answered %d %s", o.kind, o.path, o.answer.status, o.answer.body)
@@ -315,10 +299,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		}
 	}
 
-	db, err := pgxpool.New(ctx, dbURL)
-	must(t, err, "connect")
-	t.Cleanup(db.Close)
-	end := judge(t, ctx, db, svc, natsURL, m, c, ops)
+	end := s.judge(t, svc, natsURL, c)
 	notConfirmed := strings.Count(svc.logs.String(), "commit not confirmed")
 	if sc.mustLog != "" && !strings.Contains(svc.logs.String(), sc.mustLog) {
 		var failures []string
@@ -334,7 +315,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	t.Logf("%d operations (%d charges), %d requests before the replay pass: %d network errors, %d 503, %d 409 in-use, "+
 		"%d replays; %d commits not confirmed by the standby (answered 503); leader %s before, %s after; "+
 		"first charge decided %v after the fault; %d events in the stream twice",
-		len(ops), end.audit.charges, requestsInRun, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
+		len(s.recorded()), end.audit.charges, requestsInRun, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(),
 		st.replayed.Load(), notConfirmed, at.leader.Name, newLeader.Name, recovery.Round(10*time.Millisecond), end.republished)
 
 	summary{
@@ -345,7 +326,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		lost:       end.lost(),
 		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()),
 		command:    reproduceHA(t.Name()),
-	}.log(t, time.Since(began))
+	}.log(t, time.Since(s.began))
 }
 
 // settleAndFault waits for a settled cluster and a ready service (settle),

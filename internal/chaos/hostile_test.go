@@ -16,7 +16,6 @@ import (
 
 	paymentsclient "payments/client"
 	"payments/internal/payment"
-	"payments/internal/pgtest"
 )
 
 // hostileStrings look like SQL, format strings, markup or tricky Unicode. No
@@ -62,21 +61,12 @@ var hostileKeys = []string{
 // cursor 400) and stay untouched; no idempotency key, API key or card-like
 // number is ever logged.
 func TestHostileInput(t *testing.T) {
-	checkLeaks(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	began := time.Now()
-
-	bin := buildBinary(t)
-	dbURL := pgtest.NewDatabase(t)
-	ms := migrateAndRegister(t, bin, dbURL, "hostile-a", "hostile-b")
+	s := startScenario(t, 60*time.Second, testDatabase, "hostile-a", "hostile-b")
+	ctx, bin, dbURL, ms, db, began := s.ctx, s.bin, s.dbURL, s.merchants, s.db, s.began
 	svc := newService(t, bin, serviceConfig{databaseURL: dbURL})
 	base := func(int) string { return svc.url() }
 	a := newClient(t, ms[0].APIKey, "hostile-key-a-", base)
 	b := newClient(t, ms[1].APIKey, "hostile-key-b-", base)
-	db, err := pgxpool.New(ctx, dbURL)
-	must(t, err, "connect")
-	t.Cleanup(db.Close)
 	h := &hostile{t: t, ctx: ctx, db: db}
 	parent := t
 

@@ -1,17 +1,12 @@
 package chaos_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"payments/internal/pgtest"
 )
 
 // TestLostAcknowledgement is the seed problem of the field: the database
@@ -24,22 +19,12 @@ import (
 // rolls back, and the retry executes afresh. Deposits and refunds take the
 // same faults.
 func TestLostAcknowledgement(t *testing.T) {
-	checkLeaks(t)
 	rounds := scale(16, 200)
-	ctx, cancel := context.WithTimeout(context.Background(), scale(60*time.Second, 10*time.Minute))
-	defer cancel()
-	began := time.Now()
-
-	bin := buildBinary(t)
-	dbURL := pgtest.NewDatabase(t)
-	m := migrateAndRegister(t, bin, dbURL, "lost-ack")[0]
+	s := startScenario(t, scale(60*time.Second, 10*time.Minute), testDatabase, "lost-ack")
+	ctx, bin, dbURL, m, db, began := s.ctx, s.bin, s.dbURL, s.merchants[0], s.db, s.began
 	proxy, proxied := newProxy(t, dbURL)
 	svc := newService(t, bin, serviceConfig{databaseURL: proxied})
 	c := newClient(t, m.APIKey, "lostack-key-", func(int) string { return svc.url() })
-
-	db, err := pgxpool.New(ctx, dbURL)
-	must(t, err, "connect")
-	t.Cleanup(db.Close)
 
 	acct := c.mustAccount(t, ctx, usd)
 	var ops []op
@@ -141,21 +126,13 @@ func TestLostAcknowledgement(t *testing.T) {
 // and every retry with its key replays its own charge: eight charges exist,
 // not sixteen.
 func TestLostAcknowledgementOfABatch(t *testing.T) {
-	checkLeaks(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	const members = 8
-
-	bin := buildBinary(t)
-	dbURL := pgtest.NewDatabase(t)
-	m := migrateAndRegister(t, bin, dbURL, "lost-batch-ack")[0]
+	s := startScenario(t, 60*time.Second, testDatabase, "lost-batch-ack")
+	ctx, bin, dbURL, m, db := s.ctx, s.bin, s.dbURL, s.merchants[0], s.db
 	proxy, proxied := newProxy(t, dbURL)
 	svc := newService(t, bin, serviceConfig{databaseURL: proxied,
 		extra: []string{"CHARGE_BATCHES=1", "IDEMPOTENCY_WAIT=1500ms", "DB_MAX_CONNS=4"}})
 	c := newClient(t, m.APIKey, "lostbatch-key-", func(int) string { return svc.url() })
-	db, err := pgxpool.New(ctx, dbURL)
-	must(t, err, "connect")
-	t.Cleanup(db.Close)
 
 	holder := c.mustAccount(t, ctx, usd)
 	acct := c.mustAccount(t, ctx, usd)
@@ -165,7 +142,7 @@ func TestLostAcknowledgementOfABatch(t *testing.T) {
 	// A charge of 1 takes the only batch slot for a second (its write
 	// sleeps, its COMMIT already pipelined behind it), while the eight queue
 	// behind it.
-	_, err = db.Exec(ctx, `
+	_, err := db.Exec(ctx, `
 CREATE FUNCTION hold_the_slot() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
 CREATE TRIGGER hold_the_slot BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 1) EXECUTE FUNCTION hold_the_slot();`)
 	must(t, err, "plant the trigger")

@@ -1,7 +1,6 @@
 package chaos_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -10,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"payments/internal/pgtest"
 	"payments/internal/testkit"
 )
 
@@ -24,7 +20,6 @@ import (
 // duplicate charge and balances that add up. The relay runs inside the
 // service, so the events of the outage's survivors must all reach JetStream.
 func TestDatabaseOutage(t *testing.T) {
-	checkLeaks(t)
 	var (
 		cuts     = scale(2, 10)
 		down     = scale(1500*time.Millisecond, 4*time.Second)
@@ -33,27 +28,21 @@ func TestDatabaseOutage(t *testing.T) {
 		pace     = scale(20*time.Millisecond, 5*time.Millisecond) // between a worker's charges
 		nAcct    = 4
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), scale(90*time.Second, 10*time.Minute))
-	defer cancel()
-	began := time.Now()
-
-	bin := buildBinary(t)
-	dbURL := pgtest.NewDatabase(t)
-	m := migrateAndRegister(t, bin, dbURL, "outage")[0]
+	s := startScenario(t, scale(90*time.Second, 10*time.Minute), testDatabase, "outage")
+	ctx, bin, dbURL, m := s.ctx, s.bin, s.dbURL, s.merchants[0]
 	proxy, proxied := newProxy(t, dbURL)
 	natsURL := testkit.StartNATS(t).URL()
 	svc := newService(t, bin, serviceConfig{databaseURL: proxied, natsURL: natsURL})
 	c := newClient(t, m.APIKey, "outage-key-", func(int) string { return svc.url() })
 
 	var (
-		mu       sync.Mutex
-		ops      []op
+		mu       sync.Mutex // guards the tallies below
 		accounts []string
 	)
 	for range nAcct {
 		acct := c.mustAccount(t, ctx, usd)
 		accounts = append(accounts, acct)
-		ops = append(ops, drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
+		s.record(drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
 			amount: 50_000_000, body: []byte(`{"amount":50000000}`)}))
 	}
 
@@ -114,9 +103,7 @@ func TestDatabaseOutage(t *testing.T) {
 					unresolved.Add(1)
 				}
 				time.Sleep(pace)
-				mu.Lock()
-				ops = append(ops, o)
-				mu.Unlock()
+				s.record(o)
 			}
 		}()
 	}
@@ -158,9 +145,7 @@ func TestDatabaseOutage(t *testing.T) {
 				if err == nil && a.status == http.StatusCreated {
 					chargeAfter = time.Since(restored)
 					probe.answer = a
-					mu.Lock()
-					ops = append(ops, probe)
-					mu.Unlock()
+					s.record(probe)
 				}
 			}
 			if readyAfter > 0 && chargeAfter > 0 {
@@ -190,15 +175,12 @@ func TestDatabaseOutage(t *testing.T) {
 		t.Errorf("the service was started %d times; it must recover without a restart", svc.starts)
 	}
 
-	db, err := pgxpool.New(ctx, dbURL)
-	must(t, err, "connect")
-	t.Cleanup(db.Close)
-	end := judge(t, ctx, db, svc, natsURL, m, c, ops)
+	end := s.judge(t, svc, natsURL, c)
 	st := c.stats
 	t.Logf("%d outages of %v: answers inside them %v, /readyz inside them %v; recovered (ready, first charge) within %v, %v; "+
 		"%d operations, %d requests, %d network errors, %d 503, %d replays",
 		cuts, down, duringCut, readyDuringCut, worstReady.Round(time.Millisecond), worstCharge.Round(time.Millisecond),
-		len(ops), st.requests.Load(), st.netErrors.Load(), st.unavailable.Load(), st.replayed.Load())
+		len(s.recorded()), st.requests.Load(), st.netErrors.Load(), st.unavailable.Load(), st.replayed.Load())
 
 	summary{
 		scenario:   "database outage (proxy cut under load)",
@@ -208,5 +190,5 @@ func TestDatabaseOutage(t *testing.T) {
 		lost:       end.lost(),
 		violations: end.violations() + wrongInCut + notReadyReports + notRecovered + int(unresolved.Load()) + svc.starts - 1,
 		command:    reproduce("TestDatabaseOutage"),
-	}.log(t, time.Since(began))
+	}.log(t, time.Since(s.began))
 }

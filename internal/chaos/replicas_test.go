@@ -2,7 +2,6 @@ package chaos_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -10,8 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"payments/internal/pgtest"
 )
 
 // TestReplicas runs three "payments serve" processes on one database and
@@ -20,19 +17,13 @@ import (
 // same bytes. Some rounds charge more than the balance holds, so the one
 // outcome to agree on is a recorded failed charge (402).
 func TestReplicas(t *testing.T) {
-	checkLeaks(t)
 	const (
 		nReplicas  = 3
 		concurrent = 120
 	)
 	rounds := scale(3, 30)
-	ctx, cancel := context.WithTimeout(context.Background(), scale(60*time.Second, 10*time.Minute))
-	defer cancel()
-	began := time.Now()
-
-	bin := buildBinary(t)
-	dbURL := pgtest.NewDatabase(t)
-	m := migrateAndRegister(t, bin, dbURL, "replicas")[0]
+	s := startScenario(t, scale(60*time.Second, 10*time.Minute), testDatabase, "replicas")
+	ctx, bin, dbURL, m, began := s.ctx, s.bin, s.dbURL, s.merchants[0], s.began
 	var replicas []*service
 	for range nReplicas {
 		replicas = append(replicas, newService(t, bin, serviceConfig{databaseURL: dbURL}))
