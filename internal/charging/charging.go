@@ -57,11 +57,12 @@ import (
 //
 // Lock order, everywhere in the service: an idempotency key's advisory lock
 // (waited for only by a transaction that holds nothing yet), then accounts in
-// (merchant_id, id) order, then charges, then the key's row. A key's advisory
-// lock is held by whichever transaction writes that key's row, so a batch never waits on a key's index
-// entry while it holds accounts. Only transactions that hold no account
-// wait for an account: a busy group (which holds its members' keys) and a
-// charge alone (its own key), each bounded by IDEMPOTENCY_WAIT.
+// (merchant_id, id) order, then charges, then the key's row. A key's
+// advisory lock is held by whichever transaction writes that key's row, so a
+// batch never waits on a key's index entry while it holds accounts. Only
+// transactions that hold no account wait for an account: a busy group (which
+// holds its members' keys) and a charge alone (its own key), each bounded by
+// IDEMPOTENCY_WAIT.
 
 // Options tune a Path. Zero values take the defaults.
 type Options struct {
