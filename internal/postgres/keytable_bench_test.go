@@ -31,7 +31,7 @@ const (
 
 // BenchmarkKeyTable measures the idempotency key table for docs/scaling.md.
 // It stores PAYMENTS_KEYTABLE_KEYS (default 200,000) fresh charges through
-// Store.CreateCharge, 16 goroutines over 1,000 accounts, each with a UUID
+// charging.Path.CreateCharge, 16 goroutines over 1,000 accounts, each with a UUID
 // Idempotency-Key and the response the API stores for a 201 (the charge's
 // JSON and its Location); then reads the table's bytes on disk per key
 // (heap, TOAST and both indexes, after VACUUM); then lets an
