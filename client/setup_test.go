@@ -17,11 +17,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/client"
+	"payments/internal/charging"
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
 	"payments/internal/metrics"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
+	"payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -41,11 +43,8 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	dbURL := pgtest.DatabaseURL(t)
-	store, err := postgres.Open(ctx, dbURL, postgres.Options{MaxConns: 10, KeyWait: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := testkit.OpenService(t, dbURL, postgres.Options{MaxConns: 10, KeyWait: 5 * time.Second}, charging.Options{})
+	var err error
 	db, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"payments"
+	"payments/internal/charging"
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
 	"payments/internal/postgres"
@@ -72,7 +73,10 @@ func run(ctx context.Context, admin string, stdout io.Writer) error {
 		return err
 	}
 	defer store.Close()
-	api := httpapi.New(store, slog.New(slog.NewJSONHandler(io.Discard, nil)), httpapi.Options{
+	// The charge path over the store, as serve wires them (its defaults are
+	// the store's: IDEMPOTENCY_WAIT and COMMIT_WAIT 5 s, half of 20
+	// connections).
+	api := httpapi.New(backend{store, charging.New(store, charging.Options{})}, slog.New(slog.NewJSONHandler(io.Discard, nil)), httpapi.Options{
 		Spec:  payments.OpenAPI,
 		Front: idempotency.NewFront(1000, 1<<20, 24*time.Hour, 5*time.Second),
 	})
@@ -153,6 +157,13 @@ func crossed(ctx context.Context, dir string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "functions: %d, in %d packages\n", total, len(pkgs))
 	return nil
+}
+
+// backend is what the API is given: the store, and the charge path in
+// front of it.
+type backend struct {
+	*postgres.Store
+	*charging.Path
 }
 
 // scratchDatabase creates a database of its own on admin's server, and

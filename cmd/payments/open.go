@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 
+	"payments/internal/charging"
 	"payments/internal/idempotency"
 	"payments/internal/metrics"
 	"payments/internal/postgres"
@@ -13,7 +14,7 @@ import (
 
 // logAbandoned logs what became of a charge whose client left before its
 // answer: its merchant and key hash (never the key), the outcome and status.
-func logAbandoned(log *slog.Logger, a postgres.AbandonedCharge) {
+func logAbandoned(log *slog.Logger, a charging.AbandonedCharge) {
 	attrs := []slog.Attr{
 		slog.String("merchant_id", a.Request.MerchantID.String()),
 		slog.String("key_hash", idempotency.KeyHash(a.Request.MerchantID, a.Request.Key)),
@@ -36,20 +37,39 @@ func open(ctx context.Context, name string, args []string, getenv func(string) s
 		return config{}, nil, nil, err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	opts := postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL, CommitWait: cfg.CommitWait,
-		ChargeBatchSize: cfg.ChargeBatchSize, ChargeBatches: cfg.ChargeBatches}
+	opts := postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL, CommitWait: cfg.CommitWait}
 	if m != nil {
 		opts.OnExpired = func() { m.Idempotency(metrics.OutcomeExpired) }
-		opts.OnAbandoned = func(a postgres.AbandonedCharge) {
-			m.ChargeAbandoned(a.Outcome)
-			logAbandoned(log, a)
-		}
 	}
 	store, err := postgres.Open(ctx, cfg.DatabaseURL, opts)
 	if err != nil {
 		return config{}, nil, nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
 	}
 	return cfg, log, store, nil
+}
+
+// backend is what the HTTP API runs on: the store, and in front of it the
+// charge use case (charging.Path), which answers CreateCharge and Ready.
+type backend struct {
+	*postgres.Store
+	*charging.Path
+}
+
+// openCharging starts the charge use case over store, with the bounds the
+// store has (IDEMPOTENCY_WAIT, COMMIT_WAIT, half of DB_MAX_CONNS for the
+// charges waiting outside a batch), its batcher's series on m, and each
+// abandoned charge counted and logged.
+func openCharging(cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) *charging.Path {
+	path := charging.New(store, charging.Options{
+		BatchSize: cfg.ChargeBatchSize, Batches: cfg.ChargeBatches,
+		KeyWait: cfg.IdempotencyWait, CommitWait: cfg.CommitWait, Waiters: max(1, int(cfg.DBMaxConns)/2),
+		OnAbandoned: func(a charging.AbandonedCharge) {
+			m.ChargeAbandoned(a.Outcome)
+			logAbandoned(log, a)
+		},
+	})
+	m.ChargeBatcher(path.Stats, path.StuckAfter())
+	return path
 }
 
 // openAdmin opens a one-connection store for an operator command; dbURL, if

@@ -32,7 +32,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	defer store.Close()
 	m.Pool(store.Pool())
-	m.ChargeBatcher(store.ChargeStats, store.StuckAfter())
+	path := openCharging(cfg, store, log, m)
 	front := idempotency.NewFront(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
 	cacheMetrics(m, front, cfg)
 	if err := store.Ping(ctx); err != nil {
@@ -41,7 +41,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		log.Warn("database not reachable at start", "error", err)
 	}
 
-	api := httpapi.New(store, log, httpapi.Options{
+	api := httpapi.New(backend{store, path}, log, httpapi.Options{
 		Spec:    payments.OpenAPI,
 		Docs:    true,
 		Front:   front,

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments"
+	"payments/internal/charging"
 	"payments/internal/httpapi"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
@@ -73,11 +74,7 @@ func TestDocsPageChargesFromTheBrowser(t *testing.T) {
 
 	// The service, wired as cmd/payments serve wires it.
 	dbURL := pgtest.DatabaseURL(t)
-	store, err := postgres.Open(ctx, dbURL, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := testkit.OpenService(t, dbURL, postgres.Options{}, charging.Options{})
 	db, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"payments/internal/idempotency"
-	"payments/internal/testkit"
+	"payments/internal/testkit/respell"
 )
 
 // requestShapes are the bodies the POST endpoints decode, each with its route.
@@ -71,7 +71,7 @@ func FuzzDecode(f *testing.F) {
 					shape.path, body, show(dst), canonical, show(again))
 			}
 			// So is any other spelling of the same document.
-			variant := respelled(t, testkit.Respell, body)
+			variant := respelled(t, respell.All, body)
 			canonicalVariant, err := idempotency.Canonicalize(variant)
 			if err != nil || !bytes.Equal(canonicalVariant, canonical) {
 				t.Fatalf("%q and its respelling %q canonicalise to %q and %q (%v)", body, variant, canonical, canonicalVariant, err)
@@ -83,7 +83,7 @@ func FuzzDecode(f *testing.F) {
 			// Numbers keep their spelling here: the decoder takes only
 			// integer literals for amounts, and refuses 1.0E0 (a 400 before
 			// the key is claimed, so no fingerprint is at stake).
-			variant = respelled(t, testkit.RespellKeepingNumbers, body)
+			variant = respelled(t, respell.KeepingNumbers, body)
 			fromVariant := shape.new()
 			if _, ok := decodeStrict(variant, fromVariant); !ok || !reflect.DeepEqual(dst, fromVariant) {
 				t.Fatalf("%s: %q decodes to %s, its respelling %q to %s", shape.path, body, show(dst), variant, show(fromVariant))

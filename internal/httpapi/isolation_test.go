@@ -284,7 +284,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	go func() {
 		first <- f.postAll(5*time.Second, []*http.Request{f.request(http.MethodPost, "/v1/charges", uuid.NewString(), chargeBody(acct, 7))})[0]
 	}()
-	waitFor(t, "the first charge's batch to run", func() bool { return f.store.ChargeStats().BatchAge > 0 })
+	waitFor(t, "the first charge's batch to run", func() bool { return f.store.Stats().BatchAge > 0 })
 	key := uuid.NewString()
 	ctx, leave := context.WithCancel(context.Background())
 	defer leave()
@@ -296,7 +296,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 		}
 		gone <- err
 	}()
-	waitFor(t, "the second charge to queue", func() bool { return f.store.ChargeStats().Queued > 0 })
+	waitFor(t, "the second charge to queue", func() bool { return f.store.Stats().Queued > 0 })
 	if a := <-first; a.err != nil || a.status != http.StatusCreated {
 		t.Fatalf("the first charge: %v %d", a.err, a.status)
 	}

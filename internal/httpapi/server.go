@@ -29,7 +29,9 @@ import (
 // MaxBodyBytes is the largest request body accepted.
 const MaxBodyBytes = 64 << 10
 
-// Backend is what the API needs from storage; *postgres.Store implements it.
+// Backend is what the API needs from storage and the charge path;
+// cmd/payments passes the store with the charge path (charging.Path) in front
+// of it.
 type Backend interface {
 	payment.Reader
 	// Authenticate returns the merchant owning apiKey, or payment.ErrUnauthenticated;
@@ -38,7 +40,7 @@ type Backend interface {
 	// Idempotent runs op at most once per (merchant, key); see postgres.Store.Idempotent.
 	Idempotent(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error)
 	// CreateCharge executes a charge at most once per (merchant, key), group
-	// committed with concurrent charges; see postgres.Store.CreateCharge.
+	// committed with concurrent charges; see charging.Path.CreateCharge.
 	CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error)
 	// Ready reports whether this process can serve: the database answers as
 	// a primary and the charge path makes progress; payment.ErrUnavailable

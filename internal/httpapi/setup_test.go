@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/klauspost/compress/zstd"
 
+	"payments/internal/charging"
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
 	"payments/internal/metrics"
@@ -31,7 +32,7 @@ type fixture struct {
 	t          *testing.T
 	url        string
 	db         *pgxpool.Pool // for asserting the money directly in the tables
-	store      *postgres.Store
+	store      testkit.Service
 	merchantID uuid.UUID
 	apiKey     string
 	logs       *testkit.LogBuffer
@@ -55,11 +56,7 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 		opt(&o)
 	}
 	ctx := context.Background()
-	store, err := postgres.Open(ctx, o.databaseURL, postgres.Options{MaxConns: 30, KeyWait: o.keyWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := testkit.OpenService(t, o.databaseURL, postgres.Options{MaxConns: 30, KeyWait: o.keyWait}, charging.Options{})
 	// One connection opened now, with no bound: a short keyWait also bounds
 	// the wait for a pooled connection, and opening the first one on a loaded
 	// machine (a container's network, packages in parallel) can take longer

@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"payments/internal/testkit"
+	"payments/internal/testkit/respell"
 )
 
 // FuzzCanonicalize: never panics; the canonical form is valid JSON, is its own
@@ -37,7 +37,7 @@ func FuzzCanonicalize(f *testing.F) {
 				t.Fatalf("%q means %#v, its canonical form %q means %#v (%v)", in, meant, out, means, err)
 			}
 		}
-		variant, err := testkit.Respell(in)
+		variant, err := respell.All(in)
 		if err != nil {
 			t.Fatalf("respell %q: %v", in, err)
 		}

@@ -6,9 +6,10 @@ import (
 	"payments/internal/payment"
 )
 
-// The ports through which the HTTP layer hands work to the store, so that it
-// needs no storage package: a step runs under a claimed key; a charge is
-// decided and written by the store's charge path, then rendered here.
+// The ports through which the HTTP layer hands work on, so that it needs no
+// storage package: a step runs under a claimed key in the store; a charge is
+// decided by the charge path (internal/charging) and written by its store,
+// its response rendered by the ChargeRenderer it carries.
 
 // Step is the business step guarded by an idempotency key. It runs in the
 // transaction that claimed the key and returns the response to store. A

@@ -9,16 +9,18 @@ import (
 
 	"github.com/google/uuid"
 
+	"payments/internal/charging"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
+	"payments/internal/testkit"
 )
 
 // BenchmarkKeyClaimOverhead prices the idempotency key on the charge path:
 // group-committed charges from 16 goroutines over 1,000 accounts, with the
 // key (locked, looked up, stored with the response) and with it taken out of
-// the same statements (postgres.Store.WithoutKeys). The overhead is
+// the same statements (postgres.ChargeDB.WithoutKeys). The overhead is
 // with-key ns/op over without-key ns/op, minus one.
 //
 //	go test -run '^$' -bench KeyClaimOverhead -benchtime 20000x -count 5 ./internal/postgres/
@@ -30,11 +32,13 @@ func BenchmarkKeyClaimOverhead(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
-			s, err := postgres.Open(ctx, pgtest.NewDatabase(b), postgres.Options{MaxConns: 20})
+			opts := postgres.Options{MaxConns: 20}
+			store, err := postgres.Open(ctx, pgtest.NewDatabase(b), opts)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer s.Close()
+			defer store.Close()
+			s := testkit.NewService(store, opts, charging.Options{})
 			if !keyed {
 				if err := s.WithoutKeys(); err != nil {
 					b.Fatal(err)
@@ -65,7 +69,7 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 					_, err := s.CreateCharge(ctx, idempotency.ChargeRequest{
 						Key:    idempotency.Request{MerchantID: merchant, Key: fmt.Sprint(run, i), Fingerprint: fp},
 						Charge: payment.NewCharge{AccountID: accounts[i%int64(len(accounts))], Amount: 1, Currency: "USD"},
-						Render: render,
+						Render: testkit.RenderCharge,
 					})
 					if err != nil {
 						b.Error(err)

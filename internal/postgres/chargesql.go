@@ -6,17 +6,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"payments/internal/charging/chargedb"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 )
 
-// The SQL of the charge path (charges.go): its statements, and a batch's
-// first round trip, which locks its keys and accounts and reads them
+// The SQL of the charge path (the use case is internal/charging; this side
+// implements its port, chargedb.Store: chargedb.go): its statements, and a
+// batch's first round trip, which locks its keys and accounts and reads them
 // (lockBatch). The second, which writes what the batch decided and commits,
 // is in chargewrite.go.
 
@@ -123,7 +124,7 @@ WITH debit AS (
 SELECT at FROM stored`
 )
 
-// chargeStatements are the statements of chargeTx that a benchmark replaces
+// chargeStatements are the statements of a charge batch that a benchmark replaces
 // to price the idempotency key (see BenchmarkKeyClaimOverhead).
 type chargeStatements struct {
 	tryLockKeys, lookupKeys, lockAccounts, write string
@@ -131,33 +132,11 @@ type chargeStatements struct {
 
 var defaultChargeStatements = chargeStatements{tryLockKeysSQL, lookupKeysSQL, lockAccountsSQL, writeChargesSQL}
 
-// storedKey is what lookupKeysSQL found under one member's key.
-type storedKey struct {
-	found, expired bool
-	fingerprint    []byte
-	// resp is the stored response, its body decoded; its Status is 0 only
-	// for a row without a response, which cannot be (the row and its
-	// response commit together).
-	resp      idempotency.Response
-	decodeErr error // the stored body could not be decoded (decodeBody)
-	storedAt  time.Time
-}
-
-type accountKey struct{ merchant, id uuid.UUID }
-
-// batchLocks is what a batch's first round trip found.
-type batchLocks struct {
-	keyHeld  []bool      // by member: this transaction holds its key's lock
-	stored   []storedKey // by member: the row stored under its key
-	now      time.Time
-	accounts map[accountKey]*payment.Account // locked here
-	busy     map[accountKey]bool             // locked by another transaction (findBusy)
-}
-
 // lockBatch runs a batch's first round trip on conn: BEGIN, the members' key
 // locks, their stored responses and their accounts (see the top of
-// charges.go), and, when some account did not come back, findBusy.
-func (s *ChargePath) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, mode waits) (batchLocks, error) {
+// internal/charging/charging.go), and, when some account did not come back,
+// findBusy.
+func (s *ChargeDB) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, mode chargedb.Waits) (*chargedb.Locks, error) {
 	n := len(reqs)
 	merchants, keys, accountIDs := make([]pgtype.UUID, n), make([]string, n), make([]pgtype.UUID, n)
 	for i, r := range reqs {
@@ -167,18 +146,18 @@ func (s *ChargePath) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []i
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(planSQL)
-	waiting := mode.key || mode.accounts
-	left := (time.Until(mode.deadline) + time.Millisecond - 1).Milliseconds() // rounded up: never before the deadline
+	waiting := mode.Key || mode.Accounts
+	left := (time.Until(mode.Deadline) + time.Millisecond - 1).Milliseconds() // rounded up: never before the deadline
 	if waiting {
 		b.Queue(lockTimeoutSQL, left)
 	}
-	if mode.key {
+	if mode.Key {
 		b.Queue(lockKeySQL, merchants[0], keys[0])
 	}
 	b.Queue(s.chargeSQL.tryLockKeys, merchants, keys)
 	b.Queue(s.chargeSQL.lookupKeys, merchants, keys, s.opts.KeyTTL)
 	lockAccounts := s.chargeSQL.lockAccounts
-	if mode.accounts {
+	if mode.Accounts {
 		b.Queue(lockTimeoutSQL, left)
 		lockAccounts = strings.Replace(lockAccounts, " SKIP LOCKED", "", 1)
 	}
@@ -188,26 +167,26 @@ func (s *ChargePath) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []i
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
-	if err == nil && !mode.accounts {
-		err = findBusy(ctx, conn, reqs, &locks)
+	if err == nil && !mode.Accounts {
+		err = findBusy(ctx, conn, reqs, locks)
 	}
 	return locks, err
 }
 
 // readLocks reads the answers of round trip 1.
-func readLocks(br pgx.BatchResults, n int, mode waits) (batchLocks, error) {
-	var r batchLocks
+func readLocks(br pgx.BatchResults, n int, mode chargedb.Waits) (*chargedb.Locks, error) {
+	r := &chargedb.Locks{}
 	for range 2 { // BEGIN, planSQL
 		if _, err := br.Exec(); err != nil {
 			return r, fmt.Errorf("begin: %w", err)
 		}
 	}
-	if mode.key || mode.accounts {
+	if mode.Key || mode.Accounts {
 		if _, err := br.Exec(); err != nil {
 			return r, fmt.Errorf("bound lock waits: %w", err)
 		}
 	}
-	if mode.key {
+	if mode.Key {
 		if _, err := br.Exec(); err != nil {
 			if hasCode(err, codeLockNotAvailable) {
 				err = idempotency.ErrKeyInUse // the twin is still in flight after the whole bound
@@ -219,21 +198,21 @@ func readLocks(br pgx.BatchResults, n int, mode waits) (batchLocks, error) {
 	if err := br.QueryRow().Scan(&locked); err != nil {
 		return r, fmt.Errorf("lock keys: %w", err)
 	}
-	if r.keyHeld = parseBools(locked); len(r.keyHeld) != n {
-		return r, fmt.Errorf("lock keys: %d answers for %d keys", len(r.keyHeld), n)
+	if r.KeyHeld = parseBools(locked); len(r.KeyHeld) != n {
+		return r, fmt.Errorf("lock keys: %d answers for %d keys", len(r.KeyHeld), n)
 	}
 
 	var err error
-	if r.stored, r.now, err = readStoredKeys(br, n); err != nil {
+	if r.Stored, r.Now, err = readStoredKeys(br, n); err != nil {
 		return r, err
 	}
 
-	if mode.accounts {
+	if mode.Accounts {
 		if _, err := br.Exec(); err != nil {
 			return r, fmt.Errorf("bound lock waits: %w", err)
 		}
 	}
-	r.accounts, r.busy = make(map[accountKey]*payment.Account), make(map[accountKey]bool)
+	r.Accounts, r.Busy = make(map[chargedb.AccountKey]*payment.Account), make(map[chargedb.AccountKey]bool)
 	rows, _ := br.Query()
 	for rows.Next() {
 		a := &payment.Account{}
@@ -241,7 +220,7 @@ func readLocks(br pgx.BatchResults, n int, mode waits) (batchLocks, error) {
 			rows.Close()
 			return r, fmt.Errorf("lock accounts: %w", err)
 		}
-		r.accounts[accountKey{a.MerchantID, a.ID}] = a
+		r.Accounts[chargedb.AccountKey{Merchant: a.MerchantID, ID: a.ID}] = a
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -252,31 +231,31 @@ func readLocks(br pgx.BatchResults, n int, mode waits) (batchLocks, error) {
 
 // readStoredKeys reads lookupKeysSQL's rows: by member, the response stored
 // under its key, and the transaction's clock.
-func readStoredKeys(br pgx.BatchResults, n int) ([]storedKey, time.Time, error) {
-	stored := make([]storedKey, n)
+func readStoredKeys(br pgx.BatchResults, n int) ([]chargedb.StoredKey, time.Time, error) {
+	stored := make([]chargedb.StoredKey, n)
 	var now time.Time
 	rows, _ := br.Query()
 	defer rows.Close()
 	for rows.Next() {
 		var (
 			i         int64
-			k         storedKey
+			k         chargedb.StoredKey
 			status    *int32
 			encoding  *string
 			createdAt *time.Time
 			expired   *bool
 		)
-		if err := rows.Scan(&i, &now, &k.fingerprint, &status, &k.resp.Location, &k.resp.Body, &encoding, &createdAt, &expired); err != nil {
+		if err := rows.Scan(&i, &now, &k.Fingerprint, &status, &k.Resp.Location, &k.Resp.Body, &encoding, &createdAt, &expired); err != nil {
 			return nil, now, fmt.Errorf("look up keys: %w", err)
 		}
 		if createdAt != nil {
-			k.found, k.storedAt, k.expired = true, *createdAt, *expired
+			k.Found, k.StoredAt, k.Expired = true, *createdAt, *expired
 		}
 		if status != nil {
-			k.resp.Status = int(*status)
+			k.Resp.Status = int(*status)
 		}
-		if k.found && !k.expired {
-			k.resp.Body, k.decodeErr = decodeBody(k.resp.Body, encoding)
+		if k.Found && !k.Expired {
+			k.Resp.Body, k.DecodeErr = decodeBody(k.Resp.Body, encoding)
 		}
 		stored[i-1] = k
 	}
@@ -286,21 +265,21 @@ func readStoredKeys(br pgx.BatchResults, n int) ([]storedKey, time.Time, error) 
 	return stored, now, nil
 }
 
-// findBusy fills r.busy after a batch's round trip 1: of the accounts its
+// findBusy fills r.Busy after a batch's round trip 1: of the accounts its
 // members wanted locked (their keys held here and not stored), those that
 // did not come back either do not exist (404) or are locked by another
 // transaction, skipped. One more round trip tells which, only when there are
 // any.
-func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, r *batchLocks) error {
+func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, r *chargedb.Locks) error {
 	var merchants, ids []pgtype.UUID
-	seen := make(map[accountKey]bool)
+	seen := make(map[chargedb.AccountKey]bool)
 	for i, req := range reqs {
-		ak := accountKey{req.Key.MerchantID, req.Charge.AccountID}
-		if !r.keyHeld[i] || (r.stored[i].found && !r.stored[i].expired) || r.accounts[ak] != nil || seen[ak] {
+		ak := chargedb.AccountKey{Merchant: req.Key.MerchantID, ID: req.Charge.AccountID}
+		if !r.KeyHeld[i] || (r.Stored[i].Found && !r.Stored[i].Expired) || r.Accounts[ak] != nil || seen[ak] {
 			continue
 		}
 		seen[ak] = true
-		merchants, ids = append(merchants, pgUUID(ak.merchant)), append(ids, pgUUID(ak.id))
+		merchants, ids = append(merchants, pgUUID(ak.Merchant)), append(ids, pgUUID(ak.ID))
 	}
 	if len(ids) == 0 {
 		return nil
@@ -308,11 +287,11 @@ func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.Charge
 	rows, _ := conn.Query(ctx, existingAccountsSQL, merchants, ids)
 	defer rows.Close()
 	for rows.Next() {
-		var ak accountKey
-		if err := rows.Scan(&ak.merchant, &ak.id); err != nil {
+		var ak chargedb.AccountKey
+		if err := rows.Scan(&ak.Merchant, &ak.ID); err != nil {
 			return fmt.Errorf("find busy accounts: %w", err)
 		}
-		r.busy[ak] = true
+		r.Busy[ak] = true
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("find busy accounts: %w", err)

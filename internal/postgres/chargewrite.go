@@ -10,31 +10,33 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"payments/internal/charging/chargedb"
 )
 
-// A charge batch's second round trip: what chargeTx decided (chargeWrites),
-// written by writeChargesSQL, and COMMIT.
+// A charge batch's second round trip: what the use case decided
+// (chargedb.Writes), written by writeChargesSQL, and COMMIT.
 
 // writeBatch runs a batch's second round trip on conn: w's writes and COMMIT,
 // on no request's context and confirmed by the synchronous standby, if any
 // (durable.go). It returns when the keys' responses were stored, if any were.
-func (s *ChargePath) writeBatch(ctx context.Context, conn *pgxpool.Conn, w *chargeWrites) (time.Time, error) {
+func (s *ChargeDB) writeBatch(ctx context.Context, conn *pgxpool.Conn, w *chargedb.Writes) (time.Time, error) {
 	b := &pgx.Batch{}
-	if len(w.expired) > 0 {
-		merchants, keys := make([]pgtype.UUID, len(w.expired)), make([]string, len(w.expired))
-		for i, k := range w.expired {
+	if len(w.Expired) > 0 {
+		merchants, keys := make([]pgtype.UUID, len(w.Expired)), make([]string, len(w.Expired))
+		for i, k := range w.Expired {
 			merchants[i], keys[i] = pgUUID(k.MerchantID), k.Key
 		}
 		b.Queue(deleteExpiredKeysOfSQL, merchants, keys, s.opts.KeyTTL)
 	}
-	if len(w.keys) > 0 {
-		args, err := w.namedArgs()
+	if len(w.Keys) > 0 {
+		args, err := namedArgs(w)
 		if err != nil {
 			return time.Time{}, err
 		}
 		b.Queue(s.chargeSQL.write, args)
 	}
-	if w.confirmReplays {
+	if w.ConfirmReplays {
 		b.Queue(confirmSQL)
 	}
 	b.Queue("COMMIT")
@@ -52,23 +54,23 @@ func (s *ChargePath) writeBatch(ctx context.Context, conn *pgxpool.Conn, w *char
 }
 
 // readWrites reads the answers of writeBatch's round trip.
-func readWrites(br pgx.BatchResults, w *chargeWrites) (storedAt time.Time, err error) {
+func readWrites(br pgx.BatchResults, w *chargedb.Writes) (storedAt time.Time, err error) {
 	defer func() {
 		if closeErr := br.Close(); err == nil {
 			err = closeErr
 		}
 	}()
-	if len(w.expired) > 0 {
+	if len(w.Expired) > 0 {
 		if _, err := br.Exec(); err != nil {
 			return time.Time{}, err
 		}
 	}
-	if len(w.keys) > 0 {
+	if len(w.Keys) > 0 {
 		if err := br.QueryRow().Scan(&storedAt); err != nil {
 			return time.Time{}, err
 		}
 	}
-	if w.confirmReplays {
+	if w.ConfirmReplays {
 		if _, err := br.Exec(); err != nil {
 			return time.Time{}, err
 		}
@@ -79,8 +81,8 @@ func readWrites(br pgx.BatchResults, w *chargeWrites) (storedAt time.Time, err e
 
 // namedArgs gives w's writes as the columns writeChargesSQL reads, with the
 // stored responses' bodies encoded (encodeBody).
-func (w *chargeWrites) namedArgs() (pgx.NamedArgs, error) {
-	n := len(w.charges)
+func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
+	n := len(w.Charges)
 	var (
 		chargeMerchants, chargeIDs, chargeAccounts, eventIDs = make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n)
 		amounts                                              = make([]int64, n)
@@ -88,20 +90,20 @@ func (w *chargeWrites) namedArgs() (pgx.NamedArgs, error) {
 		descriptions                                         = make([]*string, n)
 		metadata, payloads                                   = make([][]byte, n), make([][]byte, n)
 	)
-	for i, c := range w.charges {
+	for i, c := range w.Charges {
 		var err error
-		if metadata[i], err = json.Marshal(c.charge.Metadata); err != nil {
+		if metadata[i], err = json.Marshal(c.Charge.Metadata); err != nil {
 			return nil, err
 		}
-		chargeMerchants[i], chargeIDs[i], chargeAccounts[i] = pgUUID(c.merchant), pgUUID(c.charge.ID), pgUUID(c.charge.AccountID)
-		amounts[i], currencies[i], statuses[i], failures[i] = c.charge.Amount, c.charge.Currency, string(c.charge.Status), c.charge.FailureCode
-		descriptions[i], eventIDs[i], eventTypes[i], payloads[i] = c.charge.Description, pgUUID(c.eventID), c.eventType, c.payload
+		chargeMerchants[i], chargeIDs[i], chargeAccounts[i] = pgUUID(c.Merchant), pgUUID(c.Charge.ID), pgUUID(c.Charge.AccountID)
+		amounts[i], currencies[i], statuses[i], failures[i] = c.Charge.Amount, c.Charge.Currency, string(c.Charge.Status), c.Charge.FailureCode
+		descriptions[i], eventIDs[i], eventTypes[i], payloads[i] = c.Charge.Description, pgUUID(c.EventID), c.EventType, c.Payload
 	}
-	debitMerchants, debitAccounts, debitAmounts := make([]pgtype.UUID, len(w.debits)), make([]pgtype.UUID, len(w.debits)), make([]int64, len(w.debits))
-	for i, d := range w.debits {
-		debitMerchants[i], debitAccounts[i], debitAmounts[i] = pgUUID(d.account.merchant), pgUUID(d.account.id), d.amount
+	debitMerchants, debitAccounts, debitAmounts := make([]pgtype.UUID, len(w.Debits)), make([]pgtype.UUID, len(w.Debits)), make([]int64, len(w.Debits))
+	for i, d := range w.Debits {
+		debitMerchants[i], debitAccounts[i], debitAmounts[i] = pgUUID(d.Account.Merchant), pgUUID(d.Account.ID), d.Amount
 	}
-	k := len(w.keys)
+	k := len(w.Keys)
 	var (
 		keyMerchants  = make([]pgtype.UUID, k)
 		keys          = make([]string, k)
@@ -111,13 +113,13 @@ func (w *chargeWrites) namedArgs() (pgx.NamedArgs, error) {
 		bodies        = make([][]byte, k)
 		bodyEncodings = make([]*string, k)
 	)
-	for i, kr := range w.keys {
-		keyMerchants[i], keys[i], fingerprints[i] = pgUUID(kr.req.MerchantID), kr.req.Key, kr.req.Fingerprint[:]
-		keyStatuses[i] = int16(kr.resp.Status)
-		if kr.resp.Location != "" {
-			locations[i] = &kr.resp.Location
+	for i, kr := range w.Keys {
+		keyMerchants[i], keys[i], fingerprints[i] = pgUUID(kr.Req.MerchantID), kr.Req.Key, kr.Req.Fingerprint[:]
+		keyStatuses[i] = int16(kr.Resp.Status)
+		if kr.Resp.Location != "" {
+			locations[i] = &kr.Resp.Location
 		}
-		bodies[i], bodyEncodings[i] = encodeBody(kr.resp.Body)
+		bodies[i], bodyEncodings[i] = encodeBody(kr.Resp.Body)
 	}
 	return pgx.NamedArgs{
 		"debit_merchants": debitMerchants, "debit_accounts": debitAccounts, "debit_amounts": debitAmounts,

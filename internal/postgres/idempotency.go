@@ -16,7 +16,7 @@ import (
 const maxAttempts = 3
 
 const (
-	// claimKeySQL takes the key's advisory lock (see charges.go: whoever
+	// claimKeySQL takes the key's advisory lock (see internal/charging/charging.go: whoever
 	// writes a key's row holds it), waiting up to lock_timeout for a twin in
 	// flight, then claims the key through its unique index.
 	claimKeySQL = `

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"payments/internal/charging"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
@@ -30,7 +31,7 @@ const (
 
 // BenchmarkKeyTable measures the idempotency key table for docs/scaling.md.
 // It stores PAYMENTS_KEYTABLE_KEYS (default 200,000) fresh charges through
-// Store.CreateCharge, 16 goroutines over 1,000 accounts, each with a UUID
+// charging.Path.CreateCharge, 16 goroutines over 1,000 accounts, each with a UUID
 // Idempotency-Key and the response the API stores for a 201 (the charge's
 // JSON and its Location); then reads the table's bytes on disk per key
 // (heap, TOAST and both indexes, after VACUUM); then lets an
@@ -54,6 +55,7 @@ func BenchmarkKeyTable(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	path := charging.New(s, charging.Options{Waiters: 10}) // half of MaxConns, as cmd/payments sets it
 	exec := func(sql string, args ...any) {
 		b.Helper()
 		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
@@ -97,7 +99,7 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
 				account := accounts[i%int64(len(accounts))]
 				body := []byte(`{"account_id":"` + payment.FormatID(payment.PrefixAccount, account) + `","amount":100,"currency":"USD"}`)
-				_, err := s.CreateCharge(ctx, idempotency.ChargeRequest{
+				_, err := path.CreateCharge(ctx, idempotency.ChargeRequest{
 					Key: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(),
 						Fingerprint: idempotency.NewFingerprint(http.MethodPost, "/v1/charges", body)},
 					Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"},

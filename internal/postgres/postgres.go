@@ -9,14 +9,16 @@
 // decision is ever made from a value that another transaction may still change:
 // a key is decided under its advisory lock, held by whichever transaction
 // writes the key's row (and the unique index backs that up); a charge is
-// decided from its account read FOR UPDATE (charges.go); a deposit is a single
+// decided from its account read FOR UPDATE (chargesql.go); a deposit is a single
 // UPDATE that PostgreSQL re-evaluates against the newest committed row version
 // after waiting for its lock; and a refund is decided from its charge read FOR
 // UPDATE, which returns the newest version and keeps it locked until commit.
 // CHECK constraints (balance >= 0, amount_refunded <= amount) back that up.
 // Stricter levels would add serialization failures without preventing any
 // anomaly this schema can have; deadlocks and serialization failures are still
-// retried here, never surfaced. The lock order is written down in charges.go.
+// retried, never surfaced (the charge path's retries are internal/charging's,
+// told by chargedb.ErrConflict). The lock order is written down in
+// internal/charging/charging.go.
 package postgres
 
 import (
@@ -34,8 +36,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/singleflight"
 
-	"payments/internal/groupcommit"
-	"payments/internal/idempotency"
 	"payments/internal/payment"
 )
 
@@ -51,15 +51,6 @@ type Options struct {
 	KeyTTL time.Duration
 	// OnExpired, if set, is called when a request finds its key expired.
 	OnExpired func()
-	// OnAbandoned, if set, is told what became of each charge whose client
-	// left while it was queued or being decided (chargewait.go). It may run
-	// on any goroutine, after the client was answered.
-	OnAbandoned func(AbandonedCharge)
-	// ChargeBatchSize is the most charges committed together (default 64);
-	// ChargeBatches how many such batches may be in flight at once (default
-	// 1). See internal/groupcommit.
-	ChargeBatchSize int
-	ChargeBatches   int
 	// CommitWait bounds a commit's wait for the synchronous standby (default
 	// 5s); a commit the standby has not confirmed by then is not acknowledged
 	// (durable.go).
@@ -84,14 +75,15 @@ func (o Options) withDefaults() Options {
 
 // Store is the PostgreSQL side of the service, one role per type, each with
 // its SQL in its own files, over one pool: Keys (idempotency.go, and ledger.go
-// for the ledger its steps run on), ChargePath (charges.go, chargewait.go,
-// and its SQL in chargesql.go and chargewrite.go), Reader (reader.go), Outbox
-// (outbox.go) and Merchants (merchants.go, auth.go). Store bundles them for cmd/payments, which hands each consumer of
-// the store the interface it declares.
+// for the ledger its steps run on), ChargeDB (chargedb.go, chargesql.go and
+// chargewrite.go: the SQL of the charge path, whose use case is
+// internal/charging), Reader (reader.go), Outbox (outbox.go) and Merchants
+// (merchants.go, auth.go). Store bundles them for cmd/payments, which hands
+// each consumer of the store the interface it declares.
 type Store struct {
 	*db
 	*Keys
-	*ChargePath
+	*ChargeDB
 	*Reader
 	*Outbox
 	*Merchants
@@ -112,17 +104,6 @@ type db struct {
 
 // Keys runs steps under idempotency keys and expires the keys.
 type Keys struct{ *db }
-
-// ChargePath is the charge path: group-committed batches of charges.
-type ChargePath struct {
-	*db
-	charges   *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer]
-	chargeSQL chargeStatements
-	// waiters holds a token for each charge waiting outside a batch for a
-	// key in flight or a locked account (chargewait.go): at most half the
-	// pool.
-	waiters chan struct{}
-}
 
 // Reader reads a merchant's objects.
 type Reader struct{ *db }
@@ -172,14 +153,13 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	notifierCtx, d.stopNotifier = context.WithCancel(context.Background())
 	go d.notifier(notifierCtx)
 	s := &Store{
-		db:         d,
-		Keys:       &Keys{d},
-		ChargePath: &ChargePath{db: d, chargeSQL: defaultChargeStatements, waiters: make(chan struct{}, max(1, opts.MaxConns/2))},
-		Reader:     &Reader{d},
-		Outbox:     &Outbox{d},
-		Merchants:  &Merchants{db: d, unknownSlots: make(chan struct{}, UnknownKeyLookups)},
+		db:        d,
+		Keys:      &Keys{d},
+		ChargeDB:  &ChargeDB{db: d, chargeSQL: defaultChargeStatements},
+		Reader:    &Reader{d},
+		Outbox:    &Outbox{d},
+		Merchants: &Merchants{db: d, unknownSlots: make(chan struct{}, UnknownKeyLookups)},
 	}
-	s.charges = s.newChargeBatcher(s.runBatch)
 	return s, nil
 }
 
@@ -243,16 +223,6 @@ func (s *db) Ping(ctx context.Context) error {
 		return fmt.Errorf("%w: the database is a standby, not a primary", payment.ErrUnavailable)
 	}
 	return nil
-}
-
-// Ready reports whether this process can serve: its charge path makes
-// progress (ChargePath.Moving) and the database answers as a primary (Ping).
-// It returns payment.ErrUnavailable, saying why, when not.
-func (s *Store) Ready(ctx context.Context) error {
-	if err := s.Moving(); err != nil {
-		return err
-	}
-	return s.Ping(ctx)
 }
 
 // inTx runs fn in a transaction on a pooled connection (see acquire). fn's

@@ -16,10 +16,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"payments/internal/charging"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
+	"payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -184,15 +186,7 @@ func TestCommitsWithEventsWakeTheRelay(t *testing.T) {
 }
 
 // connect opens a connection to url of the test's own, closed when it ends.
-func connect(t *testing.T, url string) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
-}
+var connect = testkit.Connect
 
 // listen opens a connection to url that listens on payments_events.
 func listen(t *testing.T, url string) *pgx.Conn {
@@ -396,5 +390,64 @@ func TestAuthenticate(t *testing.T) {
 	}
 	if len(stored) != 32 || string(stored) == key {
 		t.Error("the API key is not stored as a SHA-256 hash")
+	}
+}
+
+// TestChargesWakeTheRelay: a charge batch's commit that writes an event
+// notifies the relay (ChargeDB's Commit); a replay, which writes none, does
+// not.
+func TestChargesWakeTheRelay(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	s := testkit.NewService(open(t, url), postgres.Options{}, charging.Options{})
+	merchant, _, err := s.CreateMerchant(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	account := payment.NewID()
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 10000)`,
+		merchant, account); err != nil {
+		t.Fatal(err)
+	}
+	listener := listen(t, url)
+	req := idempotency.ChargeRequest{
+		Key:    idempotency.Request{MerchantID: merchant, Key: "k-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{1}},
+		Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"},
+		Render: testkit.RenderCharge,
+	}
+	if _, err := s.CreateCharge(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if !notified(t, listener, 10*time.Second) {
+		t.Fatal("no notification within 10 s of a charge")
+	}
+	if res, err := s.CreateCharge(ctx, req); err != nil || !res.Replayed {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	if notified(t, listener, 500*time.Millisecond) {
+		t.Error("a replayed charge, which writes no event, notified")
+	}
+}
+
+// TestLockTimeoutRoundsUp: the pool's lock_timeout is KeyWait in whole
+// milliseconds, rounded up, so that a bound under a millisecond's fraction
+// never becomes 0 (no bound at all) or a shorter wait.
+func TestLockTimeoutRoundsUp(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.DatabaseURL(t)
+	for _, tc := range []struct {
+		wait time.Duration
+		want string
+	}{{1500 * time.Microsecond, "2ms"}, {time.Millisecond, "1ms"}, {5 * time.Second, "5s"}} {
+		s, err := postgres.Open(ctx, url, postgres.Options{KeyWait: tc.wait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = s.Pool().QueryRow(ctx, `SHOW lock_timeout`).Scan(&got)
+		s.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("KeyWait %v: lock_timeout %q (%v), want %q", tc.wait, got, err, tc.want)
+		}
 	}
 }

@@ -7,10 +7,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"payments/internal/charging"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
+	"payments/internal/testkit"
 )
 
 // TestRetentionCountsFromTheStoredResponse reproduces issue 13's double
@@ -21,26 +23,22 @@ func TestRetentionCountsFromTheStoredResponse(t *testing.T) {
 	const ttl, hold = 2 * time.Second, 3 * time.Second
 	url := pgtest.DatabaseURL(t)
 	ctx := context.Background()
-	paths := map[string]func(s *postgres.Store, req idempotency.Request, account uuid.UUID) (idempotency.Result, error){
-		"deposit": func(s *postgres.Store, req idempotency.Request, account uuid.UUID) (idempotency.Result, error) {
+	paths := map[string]func(s testkit.Service, req idempotency.Request, account uuid.UUID) (idempotency.Result, error){
+		"deposit": func(s testkit.Service, req idempotency.Request, account uuid.UUID) (idempotency.Result, error) {
 			return s.Idempotent(ctx, req, func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
 				_, err := l.Deposit(ctx, req.MerchantID, account, 500)
 				return idempotency.Response{Status: 201, Body: []byte(`{}`)}, err
 			})
 		},
-		"charge": func(s *postgres.Store, req idempotency.Request, account uuid.UUID) (idempotency.Result, error) {
-			return s.CreateCharge(ctx, idempotency.ChargeRequest{Key: req, Render: render,
+		"charge": func(s testkit.Service, req idempotency.Request, account uuid.UUID) (idempotency.Result, error) {
+			return s.CreateCharge(ctx, idempotency.ChargeRequest{Key: req, Render: testkit.RenderCharge,
 				Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"}})
 		},
 	}
 	for name, execute := range paths {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s, err := postgres.Open(ctx, url, postgres.Options{KeyTTL: ttl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Close)
+			s := testkit.OpenService(t, url, postgres.Options{KeyTTL: ttl}, charging.Options{})
 			merchant, _, err := s.CreateMerchant(ctx, t.Name())
 			if err != nil {
 				t.Fatal(err)

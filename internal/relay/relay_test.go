@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"payments/internal/charging"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // env is one test's database, broker and merchant.
 type env struct {
 	t        testing.TB
-	store    *postgres.Store
+	store    testkit.Service
 	nats     *testkit.NATS
 	merchant uuid.UUID
 	log      *slog.Logger
@@ -46,11 +47,7 @@ func setup(t *testing.T) *env {
 // setupBench is setup without the leak check, which benchmarks cannot run.
 func setupBench(t testing.TB) *env {
 	t.Helper()
-	store, err := postgres.Open(context.Background(), pgtest.NewDatabase(t), postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := testkit.OpenService(t, pgtest.NewDatabase(t), postgres.Options{}, charging.Options{})
 	merchant, _, err := store.CreateMerchant(context.Background(), t.Name())
 	if err != nil {
 		t.Fatal(err)

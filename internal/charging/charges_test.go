@@ -1,4 +1,4 @@
-package postgres_test
+package charging_test
 
 import (
 	"context"
@@ -16,23 +16,8 @@ import (
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
+	"payments/internal/testkit"
 )
-
-// render is a idempotency.ChargeRenderer as simple as the API's: 201 with the charge, 402
-// for a failed one, 404 and 422 for a refusal.
-func render(c payment.Charge, body []byte, err error) (idempotency.Response, error) {
-	switch {
-	case errors.Is(err, payment.ErrAccountNotFound):
-		return idempotency.Response{Status: http.StatusNotFound, Body: []byte(`"no account"`)}, nil
-	case errors.Is(err, payment.ErrCurrencyMismatch):
-		return idempotency.Response{Status: http.StatusUnprocessableEntity, Body: []byte(`"currency"`)}, nil
-	case err != nil:
-		return idempotency.Response{}, err
-	case c.Status == payment.ChargeFailed:
-		return idempotency.Response{Status: http.StatusPaymentRequired, Body: []byte(`"` + c.ID.String() + `"`)}, nil
-	}
-	return idempotency.Response{Status: http.StatusCreated, Body: body}, nil
-}
 
 // model executes charges one at a time, the way the contract describes them.
 type model struct {
@@ -118,7 +103,7 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
     EXECUTE FUNCTION refuse_charge();`); err != nil {
 		t.Fatal(err)
 	}
-	holderConn := connect(t, url)
+	holderConn := testkit.Connect(t, url)
 	var busy, inFlight, memberFailed int // what the rounds exercised
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 40 {

@@ -1,4 +1,4 @@
-package postgres_test
+package charging_test
 
 import (
 	"context"
@@ -7,22 +7,22 @@ import (
 
 	"github.com/google/uuid"
 
+	"payments/internal/charging"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
+	"payments/internal/testkit"
 )
 
-// chargeFixture is a store on a database of its own with one funded account.
-func chargeFixture(t *testing.T, opts postgres.Options) (s *postgres.Store, url string, merchant, account uuid.UUID) {
+// chargeFixture is a store and its charge path on a database of its own
+// with one funded account.
+func chargeFixture(t *testing.T, opts postgres.Options) (s testkit.Service, url string, merchant, account uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
 	url = pgtest.NewDatabase(t)
+	s = testkit.OpenService(t, url, opts, charging.Options{})
 	var err error
-	if s, err = postgres.Open(ctx, url, opts); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
 	if merchant, _, err = s.CreateMerchant(ctx, t.Name()); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func newCharge(merchant, account uuid.UUID, amount int64) idempotency.ChargeRequ
 }
 
 // counts returns the merchant's charges and keys and the account's balance.
-func counts(t *testing.T, s *postgres.Store, merchant, account uuid.UUID) (charges, keys, balance int64) {
+func counts(t *testing.T, s testkit.Service, merchant, account uuid.UUID) (charges, keys, balance int64) {
 	t.Helper()
 	if err := s.Pool().QueryRow(context.Background(), `
 SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1), (SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1),
@@ -179,27 +179,6 @@ func TestChargeStoredAt(t *testing.T) {
 	}
 }
 
-// TestChargesWakeTheRelay: a charge that writes an event notifies the relay;
-// a replay, which writes none, does not.
-func TestChargesWakeTheRelay(t *testing.T) {
-	ctx := context.Background()
-	s, url, merchant, account := chargeFixture(t, postgres.Options{})
-	listener := listen(t, url)
-	req := newCharge(merchant, account, 100)
-	if _, err := s.CreateCharge(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	if !notified(t, listener, 10*time.Second) {
-		t.Fatal("no notification within 10 s of a charge")
-	}
-	if res, err := s.CreateCharge(ctx, req); err != nil || !res.Replayed {
-		t.Fatalf("replay: %+v, %v", res, err)
-	}
-	if notified(t, listener, 500*time.Millisecond) {
-		t.Error("a replayed charge, which writes no event, notified")
-	}
-}
-
 // TestExpiredKeyExecutesAgain: through Idempotent (deposits, refunds,
 // accounts), a key older than the retention is deleted and its request
 // executes afresh, counted as expired; a live key replays.
@@ -229,28 +208,5 @@ func TestExpiredKeyExecutesAgain(t *testing.T) {
 	var deposits int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM deposits WHERE merchant_id = $1`, merchant).Scan(&deposits); err != nil || deposits != 2 {
 		t.Errorf("%d deposits (%v), want 2", deposits, err)
-	}
-}
-
-// TestLockTimeoutRoundsUp: the pool's lock_timeout is KeyWait in whole
-// milliseconds, rounded up, so that a bound under a millisecond's fraction
-// never becomes 0 (no bound at all) or a shorter wait.
-func TestLockTimeoutRoundsUp(t *testing.T) {
-	ctx := context.Background()
-	url := pgtest.DatabaseURL(t)
-	for _, tc := range []struct {
-		wait time.Duration
-		want string
-	}{{1500 * time.Microsecond, "2ms"}, {time.Millisecond, "1ms"}, {5 * time.Second, "5s"}} {
-		s, err := postgres.Open(ctx, url, postgres.Options{KeyWait: tc.wait})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got string
-		err = s.Pool().QueryRow(ctx, `SHOW lock_timeout`).Scan(&got)
-		s.Close()
-		if err != nil || got != tc.want {
-			t.Errorf("KeyWait %v: lock_timeout %q (%v), want %q", tc.wait, got, err, tc.want)
-		}
 	}
 }

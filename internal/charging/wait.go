@@ -1,4 +1,4 @@
-package postgres
+package charging
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"payments/internal/charging/chargedb"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 )
@@ -44,8 +45,8 @@ type busyGroup struct {
 
 // formBusyGroups gives the members of a batch that left it their deadline,
 // and starts one busyGroup per account among the busy ones.
-func (s *ChargePath) formBusyGroups(reqs []idempotency.ChargeRequest, answers []chargeAnswer, deadline time.Time) {
-	var groups map[accountKey]*busyGroup
+func (s *Path) formBusyGroups(reqs []idempotency.ChargeRequest, answers []chargeAnswer, deadline time.Time) {
+	var groups map[chargedb.AccountKey]*busyGroup
 	for i := range answers {
 		a := &answers[i]
 		if !a.left() {
@@ -55,11 +56,11 @@ func (s *ChargePath) formBusyGroups(reqs []idempotency.ChargeRequest, answers []
 		if !a.busy {
 			continue
 		}
-		ak := accountKey{reqs[i].Key.MerchantID, reqs[i].Charge.AccountID}
+		ak := chargedb.AccountKey{Merchant: reqs[i].Key.MerchantID, ID: reqs[i].Charge.AccountID}
 		g := groups[ak]
 		if g == nil {
 			if groups == nil {
-				groups = make(map[accountKey]*busyGroup)
+				groups = make(map[chargedb.AccountKey]*busyGroup)
 			}
 			g = &busyGroup{deadline: deadline, done: make(chan struct{})}
 			groups[ak] = g
@@ -75,15 +76,15 @@ func (s *ChargePath) formBusyGroups(reqs []idempotency.ChargeRequest, answers []
 
 // runBusyGroup runs g's members as one transaction that waits for their
 // account, until g's deadline.
-func (s *ChargePath) runBusyGroup(g *busyGroup) {
-	// The lock wait ends at the deadline (lockTimeoutSQL); the context is
-	// the backstop.
+func (s *Path) runBusyGroup(g *busyGroup) {
+	// The lock wait ends at the deadline (the store's lock_timeout); the
+	// context is the backstop.
 	ctx, cancel := context.WithDeadline(context.Background(), g.deadline.Add(time.Second))
 	defer cancel()
 	var answers []chargeAnswer
 	release, err := s.startWaiting(ctx, g.deadline)
 	if err == nil {
-		answers, err = s.chargeBatch(ctx, g.reqs, waits{accounts: true, deadline: g.deadline})
+		answers, err = s.chargeBatch(ctx, g.reqs, chargedb.Waits{Accounts: true, Deadline: g.deadline})
 		release()
 	}
 	for i := range answers {
@@ -124,7 +125,7 @@ func (g *busyGroup) wait(ctx context.Context, i int) (chargeAnswer, error) {
 
 // abandon marks member i as abandoned by a client that left before it
 // learned of g: its outcome is reported when g has it.
-func (s *ChargePath) abandon(g *busyGroup, i int) {
+func (s *Path) abandon(g *busyGroup, i int) {
 	g.mu.Lock()
 	if !g.finished {
 		g.abandoned[i] = true
@@ -146,9 +147,9 @@ func (g *busyGroup) answer(i int) (chargeAnswer, error) {
 }
 
 // startWaiting takes one of the connections that members waiting alone may
-// hold (half the pool), waiting for one until deadline. The caller calls
+// hold (Options.Waiters: half the pool), waiting for one until deadline. The caller calls
 // release when its transaction is over.
-func (s *ChargePath) startWaiting(ctx context.Context, deadline time.Time) (release func(), err error) {
+func (s *Path) startWaiting(ctx context.Context, deadline time.Time) (release func(), err error) {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
@@ -194,7 +195,7 @@ func notExecuted(err error) bool {
 // reportAbandoned tells Options.OnAbandoned what became of req, whose
 // client has left; for a member of a busy group still waiting, that is once
 // the group has answered.
-func (s *ChargePath) reportAbandoned(req idempotency.ChargeRequest, ans chargeAnswer, err error) {
+func (s *Path) reportAbandoned(req idempotency.ChargeRequest, ans chargeAnswer, err error) {
 	if ans.group != nil && err == nil {
 		s.abandon(ans.group, ans.member)
 		return

@@ -1,4 +1,4 @@
-package postgres_test
+package charging_test
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"payments/internal/charging"
 	"payments/internal/idempotency"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
 	"payments/internal/postgres"
+	"payments/internal/testkit"
 )
 
 // Issue 23: a batch is as safe as a lone charge. Each test here failed on the
@@ -31,10 +33,10 @@ const clockSlack = 50 * time.Millisecond
 // isolationFixture is a store with KeyWait wait on a database of its own,
 // and a second merchant beside chargeFixture's.
 type isolationFixture struct {
-	s                *postgres.Store
+	s                testkit.Service
 	url              string
 	merchant, other  uuid.UUID
-	abandoned        chan postgres.AbandonedCharge
+	abandoned        chan charging.AbandonedCharge
 	merchantAccounts map[uuid.UUID]uuid.UUID // account -> merchant
 }
 
@@ -44,15 +46,11 @@ func newIsolationFixture(t *testing.T, wait time.Duration) *isolationFixture {
 	// group or lone wait may be left running.
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, before) })
-	f := &isolationFixture{abandoned: make(chan postgres.AbandonedCharge, 1000), merchantAccounts: map[uuid.UUID]uuid.UUID{}}
+	f := &isolationFixture{abandoned: make(chan charging.AbandonedCharge, 1000), merchantAccounts: map[uuid.UUID]uuid.UUID{}}
 	f.url = pgtest.NewDatabase(t)
+	f.s = testkit.OpenService(t, f.url, postgres.Options{KeyWait: wait, CommitWait: 5 * time.Second},
+		charging.Options{OnAbandoned: func(a charging.AbandonedCharge) { f.abandoned <- a }})
 	var err error
-	f.s, err = postgres.Open(context.Background(), f.url, postgres.Options{KeyWait: wait, CommitWait: 5 * time.Second,
-		OnAbandoned: func(a postgres.AbandonedCharge) { f.abandoned <- a }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.s.Close)
 	if err := f.s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +113,7 @@ type rowHolder struct {
 
 func (f *isolationFixture) hold(t *testing.T) *rowHolder {
 	t.Helper()
-	conn := connect(t, f.url)
+	conn := testkit.Connect(t, f.url)
 	tx, err := conn.Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -407,7 +405,7 @@ CREATE FUNCTION slow_7() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg
 CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7) EXECUTE FUNCTION slow_7();`); err != nil {
 		t.Fatal(err)
 	}
-	reported := func(want postgres.AbandonedCharge) {
+	reported := func(want charging.AbandonedCharge) {
 		t.Helper()
 		select {
 		case a := <-f.abandoned:
@@ -426,19 +424,19 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	if res, err := f.s.CreateCharge(leaving, lone); err != nil || res.Status != http.StatusCreated {
 		t.Errorf("a lone charge whose client left during its batch: %d, %v; want its true answer, 201", res.Status, err)
 	}
-	reported(postgres.AbandonedCharge{Request: lone.Key, Outcome: postgres.AbandonedExecuted, Status: http.StatusCreated})
+	reported(charging.AbandonedCharge{Request: lone.Key, Outcome: charging.AbandonedExecuted, Status: http.StatusCreated})
 
 	// In a batch run by another goroutine: 503, then its outcome.
 	first := make(chan error, 1)
 	go func() { _, err := f.s.CreateCharge(ctx, f.charge(acct, 7)); first <- err }()
-	for f.s.ChargeStats().BatchAge == 0 {
+	for f.s.Stats().BatchAge == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	second := f.charge(acct, 7)
 	leaving, cancel = context.WithCancel(ctx)
 	answer := make(chan error, 1)
 	go func() { _, err := f.s.CreateCharge(leaving, second); answer <- err }()
-	for f.s.ChargeStats().Queued == 0 {
+	for f.s.Stats().Queued == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	if err := <-first; err != nil { // the second's batch has left by now
@@ -449,7 +447,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	if err := <-answer; !errors.Is(err, payment.ErrUnavailable) {
 		t.Fatalf("a charge whose client left during its batch: %v, want payment.ErrUnavailable", err)
 	}
-	reported(postgres.AbandonedCharge{Request: second.Key, Outcome: postgres.AbandonedExecuted, Status: http.StatusCreated})
+	reported(charging.AbandonedCharge{Request: second.Key, Outcome: charging.AbandonedExecuted, Status: http.StatusCreated})
 	if res, err := f.s.CreateCharge(ctx, second); err != nil || !res.Replayed || res.Status != http.StatusCreated {
 		t.Errorf("the retry: %+v, %v; want the 201 replayed", res, err)
 	}
@@ -459,7 +457,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 
 	// Queued behind a slow batch, its client leaves: never executed.
 	go func() { _, err := f.s.CreateCharge(ctx, f.charge(acct, 7)); first <- err }()
-	for f.s.ChargeStats().BatchAge == 0 {
+	for f.s.Stats().BatchAge == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	queued := f.charge(acct, 5)
@@ -471,7 +469,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	reported(postgres.AbandonedCharge{Request: queued.Key, Outcome: postgres.AbandonedNotExecuted})
+	reported(charging.AbandonedCharge{Request: queued.Key, Outcome: charging.AbandonedNotExecuted})
 	if n := f.storedKeys(t, queued); n != 0 || f.balance(t, acct) != 972 {
 		t.Errorf("%d keys stored for the charge that left the queue, balance %d; want 0 and 972", n, f.balance(t, acct))
 	}
@@ -484,11 +482,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 func TestStuckBatcherIsNotReady(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
-	s, err := postgres.Open(ctx, url, postgres.Options{KeyWait: 200 * time.Millisecond, CommitWait: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
+	s := testkit.OpenService(t, url, postgres.Options{KeyWait: 200 * time.Millisecond, CommitWait: 100 * time.Millisecond}, charging.Options{})
 	merchant, _, err := s.CreateMerchant(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -504,11 +498,11 @@ func TestStuckBatcherIsNotReady(t *testing.T) {
 	defer release()
 	stuck := make(chan error, 1)
 	go func() { _, err := s.CreateCharge(ctx, newCharge(merchant, acct, 100)); stuck <- err }()
-	for s.ChargeStats().BatchAge <= s.StuckAfter() {
+	for s.Stats().BatchAge <= s.StuckAfter() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := s.Ready(ctx); !errors.Is(err, payment.ErrUnavailable) {
-		t.Errorf("with a batch stuck for %v: Ready = %v, want payment.ErrUnavailable", s.ChargeStats().BatchAge, err)
+		t.Errorf("with a batch stuck for %v: Ready = %v, want payment.ErrUnavailable", s.Stats().BatchAge, err)
 	}
 	began := time.Now()
 	queued := newCharge(merchant, acct, 5)
@@ -517,7 +511,7 @@ func TestStuckBatcherIsNotReady(t *testing.T) {
 	} else if took := time.Since(began); took < 200*time.Millisecond || took > 2*time.Second {
 		t.Errorf("it was answered after %v, want about IDEMPOTENCY_WAIT (200ms)", took)
 	}
-	if st := s.ChargeStats(); st.QueueTimeouts != 1 || st.Queued != 0 {
+	if st := s.Stats(); st.QueueTimeouts != 1 || st.Queued != 0 {
 		t.Errorf("stats %+v: want one queue timeout and an empty queue", st)
 	}
 	release()
@@ -599,7 +593,7 @@ func TestDepartedCallersChangeNothing(t *testing.T) {
 			i := byKey[a.Request.Key]
 			reported++
 			switch a.Outcome {
-			case postgres.AbandonedExecuted:
+			case charging.AbandonedExecuted:
 				if a.Status != http.StatusCreated {
 					t.Errorf("charge %d reported executed with %d", i, a.Status)
 				}
@@ -607,7 +601,7 @@ func TestDepartedCallersChangeNothing(t *testing.T) {
 					t.Errorf("charge %d reported executed after it was reported not executed", i)
 				}
 				outcomes[i] = outcome{executed: true, known: true}
-			case postgres.AbandonedNotExecuted:
+			case charging.AbandonedNotExecuted:
 				if outcomes[i].executed {
 					t.Errorf("charge %d reported not executed, but its caller got 201", i)
 				}

@@ -1,4 +1,7 @@
-package testkit
+// Package respell writes a JSON document another way that means the same,
+// for the fuzz tests of the key contract and of request decoding. It imports
+// nothing of this module, so that any package's own tests may use it.
+package respell
 
 import (
 	"bytes"
@@ -6,16 +9,16 @@ import (
 	"strings"
 )
 
-// Respell writes the JSON document in body another way that means the same,
-// for the fuzz tests of the key contract and of request decoding: members in
+// All writes the JSON document in body another way that means the same:
+// members in
 // reverse order, other whitespace, every string character as a \u escape, and
 // numbers with a zero fraction and an exponent added (1 → 1.00E0). Member
 // names keep their case: encoding/json would match "Amount" to amount, but it
 // is a different name, and so a different document.
-func Respell(body []byte) ([]byte, error) { return respell(body, true) }
+func All(body []byte) ([]byte, error) { return respell(body, true) }
 
-// RespellKeepingNumbers is Respell with the numbers written as they are.
-func RespellKeepingNumbers(body []byte) ([]byte, error) { return respell(body, false) }
+// KeepingNumbers is All with the numbers written as they are.
+func KeepingNumbers(body []byte) ([]byte, error) { return respell(body, false) }
 
 func respell(body []byte, numbers bool) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
