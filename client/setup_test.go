@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,12 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/client"
-	"payments/internal/charging"
-	"payments/internal/httpapi"
-	"payments/internal/idempotency"
-	"payments/internal/metrics"
 	"payments/internal/pgtest"
-	"payments/internal/postgres"
 	"payments/internal/testkit"
 )
 
@@ -41,25 +35,8 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	ctx := context.Background()
-	dbURL := pgtest.DatabaseURL(t)
-	store := testkit.OpenService(t, dbURL, postgres.Options{MaxConns: 10, KeyWait: 5 * time.Second}, charging.Options{})
-	var err error
-	db, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	front := idempotency.NewFront(1000, 64<<20, 24*time.Hour, 5*time.Second)
-	srv := httptest.NewServer(httpapi.New(store, slog.New(slog.DiscardHandler), httpapi.Options{
-		Spec: []byte("openapi: 3.1.0\n"), Front: front, Metrics: metrics.New(),
-	}))
-	t.Cleanup(srv.Close)
-	f := &fixture{t: t, url: srv.URL, db: db}
-	f.merchantID, f.apiKey, err = store.CreateMerchant(ctx, t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := testkit.StartAPI(t, pgtest.DatabaseURL(t), testkit.APIOptions{MaxConns: 10, CacheSize: 1000})
+	f := &fixture{t: t, url: api.URL, db: api.DB, merchantID: api.MerchantID, apiKey: api.APIKey}
 	return f
 }
 

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,14 +21,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments"
-	"payments/internal/charging"
-	"payments/internal/httpapi"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
-	"payments/internal/postgres"
 	"payments/internal/testkit"
 )
 
@@ -73,29 +67,14 @@ func TestDocsPageChargesFromTheBrowser(t *testing.T) {
 	t.Cleanup(cancel)
 
 	// The service, wired as cmd/payments serve wires it.
-	dbURL := pgtest.DatabaseURL(t)
-	store := testkit.OpenService(t, dbURL, postgres.Options{}, charging.Options{})
-	db, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	logs := &testkit.LogBuffer{}
-	api := httpapi.New(store, slog.New(slog.NewJSONHandler(logs, nil)),
-		httpapi.Options{Spec: payments.OpenAPI, Docs: true})
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
+	svc := testkit.StartAPI(t, pgtest.DatabaseURL(t), testkit.APIOptions{Spec: payments.OpenAPI, Docs: true})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("service log:\n%s", logs)
+			t.Logf("service log:\n%s", svc.Logs)
 		}
 	})
-
-	merchantID, apiKey, err := store.CreateMerchant(ctx, t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := apiClient{t: t, base: srv.URL, apiKey: apiKey}
+	db, merchantID, apiKey := svc.DB, svc.MerchantID, svc.APIKey
+	client := apiClient{t: t, base: svc.URL, apiKey: apiKey}
 	accountID := client.post(ctx, "/v1/accounts", `{"currency":"USD"}`)["id"].(string)
 	client.post(ctx, "/v1/accounts/"+accountID+"/deposits", `{"amount":10000}`)
 	const chargeAmount = 2500
@@ -109,7 +88,7 @@ func TestDocsPageChargesFromTheBrowser(t *testing.T) {
 
 	// The page renders the spec, and the charge operation is listed.
 	step(tab, t, "open /docs and wait for the spec to render",
-		chromedp.Navigate(srv.URL+"/docs"),
+		chromedp.Navigate(svc.URL+"/docs"),
 		chromedp.WaitVisible(chromedp.CSS(chargeOp+" .opblock-summary")),
 	)
 	method := text(tab, t, chargeOp+" .opblock-summary-method")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,13 +14,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/klauspost/compress/zstd"
 
-	"payments/internal/charging"
 	"payments/internal/httpapi"
 	"payments/internal/idempotency"
 	"payments/internal/metrics"
 	"payments/internal/payment"
 	"payments/internal/pgtest"
-	"payments/internal/postgres"
 	"payments/internal/testkit"
 )
 
@@ -55,35 +52,9 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	ctx := context.Background()
-	store := testkit.OpenService(t, o.databaseURL, postgres.Options{MaxConns: 30, KeyWait: o.keyWait}, charging.Options{})
-	// One connection opened now, with no bound: a short keyWait also bounds
-	// the wait for a pooled connection, and opening the first one on a loaded
-	// machine (a container's network, packages in parallel) can take longer
-	// than the few hundred milliseconds a test gives it.
-	if err := store.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
-	db, err := pgxpool.New(ctx, o.databaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-
-	logs := &testkit.LogBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	front := idempotency.NewFront(o.cacheSize, 64<<20, 24*time.Hour, o.keyWait)
-	m := metrics.New()
-	srv := httptest.NewServer(httpapi.New(store, log, httpapi.Options{
-		Spec: []byte("openapi: 3.1.0\n"), Front: front, Metrics: m,
-	}))
-	t.Cleanup(srv.Close)
-
-	f := &fixture{t: t, url: srv.URL, db: db, store: store, logs: logs, front: front, metrics: m}
-	f.merchantID, f.apiKey, err = store.CreateMerchant(ctx, t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := testkit.StartAPI(t, o.databaseURL, testkit.APIOptions{MaxConns: 30, KeyWait: o.keyWait, CacheSize: o.cacheSize})
+	f := &fixture{t: t, url: api.URL, db: api.DB, store: api.Service, logs: api.Logs, front: api.Front, metrics: api.Metrics,
+		merchantID: api.MerchantID, apiKey: api.APIKey}
 	return f
 }
 

@@ -1,8 +1,8 @@
 // Package testkit holds what the tests of several packages need: a log
 // buffer safe for concurrent writers, an embedded NATS server with JetStream,
-// a balance read straight from the table, and the store with the charge path
-// in front of it as cmd/payments wires them (service.go). Only tests import
-// it.
+// a balance read straight from the table, the store with the charge path in
+// front of it as cmd/payments wires them (service.go), and the whole API in
+// process with a merchant of its own (api.go). Only tests import it.
 package testkit
 
 import (

@@ -1,0 +1,90 @@
+package testkit
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"payments/internal/charging"
+	"payments/internal/httpapi"
+	"payments/internal/idempotency"
+	"payments/internal/metrics"
+	"payments/internal/postgres"
+)
+
+// APIOptions shape StartAPI's service. Zero values take the defaults.
+type APIOptions struct {
+	// MaxConns and KeyWait are the store's (postgres.Options; KeyWait
+	// default 5 s, also the coalescer's wait).
+	MaxConns int32
+	KeyWait  time.Duration
+	// CacheSize bounds the cache of completed responses (0: no cache).
+	CacheSize int
+	// Spec is served at /openapi.yaml (default a stub document); Docs
+	// serves /docs as well.
+	Spec []byte
+	Docs bool
+}
+
+// API is the service in process, as cmd/payments serve wires it, on a
+// test's database, with a merchant of the test's own, so that tests sharing
+// a database never see each other's money.
+type API struct {
+	URL     string
+	Service Service            // the store and the charge path
+	DB      *pgxpool.Pool      // to assert the money straight from the tables
+	Logs    *LogBuffer         // the service's log, as JSON lines
+	Front   *idempotency.Front // the server's; its cache counts hits
+	Metrics *metrics.Metrics   // the server's
+
+	MerchantID uuid.UUID
+	APIKey     string
+}
+
+// StartAPI starts the API on the database at url behind an httptest server,
+// and registers a merchant named after the test; all of it stops when t
+// ends.
+func StartAPI(t testing.TB, url string, opts APIOptions) *API {
+	t.Helper()
+	if opts.KeyWait == 0 {
+		opts.KeyWait = 5 * time.Second
+	}
+	if opts.Spec == nil {
+		opts.Spec = []byte("openapi: 3.1.0\n")
+	}
+	ctx := context.Background()
+	svc := OpenService(t, url, postgres.Options{MaxConns: opts.MaxConns, KeyWait: opts.KeyWait}, charging.Options{})
+	// One connection opened now, with no bound: a short KeyWait also bounds
+	// the wait for a pooled connection, and opening the first one on a loaded
+	// machine (a container's network, packages in parallel) can take longer
+	// than the few hundred milliseconds a test gives it.
+	if err := svc.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	a := &API{
+		Service: svc,
+		DB:      db,
+		Logs:    &LogBuffer{},
+		Front:   idempotency.NewFront(opts.CacheSize, 64<<20, 24*time.Hour, opts.KeyWait),
+		Metrics: metrics.New(),
+	}
+	srv := httptest.NewServer(httpapi.New(svc, slog.New(slog.NewJSONHandler(a.Logs, nil)), httpapi.Options{
+		Spec: opts.Spec, Docs: opts.Docs, Front: a.Front, Metrics: a.Metrics,
+	}))
+	t.Cleanup(srv.Close)
+	a.URL = srv.URL
+	if a.MerchantID, a.APIKey, err = svc.CreateMerchant(ctx, t.Name()); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
