@@ -82,11 +82,11 @@ func run(ctx context.Context, admin string, stdout io.Writer) error {
 	})
 	srv := httptest.NewServer(api)
 	defer srv.Close()
-	_, apiKey, err := store.CreateMerchant(ctx, "chargewalk")
+	_, apiKey, err := store.RegisterMerchant(ctx, "chargewalk")
 	if err != nil {
 		return err
 	}
-	c := client{base: srv.URL, apiKey: apiKey}
+	c := client{base: srv.URL, apiKey: apiKey.Secret}
 	account, err := c.post(ctx, "/v1/accounts", `{"currency":"USD"}`)
 	if err != nil {
 		return err

@@ -63,17 +63,23 @@ func relayOnly(ctx context.Context, args []string, getenv func(string) string, s
 
 // consume runs the worked-example consumer until ctx ends.
 func consume(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, log, store, err := open(ctx, "consume", args, getenv, stderr, nil)
+	cfg, log, err := configure("consume", args, getenv, stderr)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	// The consumer keeps its own tables (consumer.Inbox): it needs the
+	// database's handle, none of the store's roles.
+	db, err := postgres.Connect(ctx, cfg.DatabaseURL, storeOptions(cfg))
+	if err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	defer db.Close()
 	nc, err := connectNATS(cfg.NATSURL, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	c, err := consumer.New(consumer.NewInbox(store.Pool()), nc, log)
+	c, err := consumer.New(consumer.NewInbox(db.Pool()), nc, log)
 	if err != nil {
 		return err
 	}

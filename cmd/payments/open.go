@@ -32,12 +32,11 @@ func logAbandoned(log *slog.Logger, a charging.AbandonedCharge) {
 // open reads the configuration and opens the store, the start every
 // long-running command shares. m, if not nil, counts expired keys.
 func open(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, m *metrics.Metrics) (config, *slog.Logger, *postgres.Store, error) {
-	cfg, err := loadConfig(name, args, getenv, stderr)
+	cfg, log, err := configure(name, args, getenv, stderr)
 	if err != nil {
 		return config{}, nil, nil, err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	opts := postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL, CommitWait: cfg.CommitWait}
+	opts := storeOptions(cfg)
 	if m != nil {
 		opts.OnExpired = func() { m.Idempotency(metrics.OutcomeExpired) }
 	}
@@ -46,6 +45,20 @@ func open(ctx context.Context, name string, args []string, getenv func(string) s
 		return config{}, nil, nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
 	}
 	return cfg, log, store, nil
+}
+
+// configure reads a command's configuration and makes its log.
+func configure(name string, args []string, getenv func(string) string, stderr io.Writer) (config, *slog.Logger, error) {
+	cfg, err := loadConfig(name, args, getenv, stderr)
+	if err != nil {
+		return config{}, nil, err
+	}
+	return cfg, slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})), nil
+}
+
+// storeOptions are the store's settings from cfg.
+func storeOptions(cfg config) postgres.Options {
+	return postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL, CommitWait: cfg.CommitWait}
 }
 
 // backend is what the HTTP API runs on: the store, and in front of it the

@@ -23,7 +23,7 @@ func chargeFixture(t *testing.T, opts postgres.Options) (s testkit.Service, url 
 	url = pgtest.NewDatabase(t)
 	s = testkit.OpenService(t, url, opts, charging.Options{})
 	var err error
-	if merchant, _, err = s.CreateMerchant(ctx, t.Name()); err != nil {
+	if merchant, _, err = s.RegisterMerchant(ctx, t.Name()); err != nil {
 		t.Fatal(err)
 	}
 	account = payment.NewID()

@@ -92,7 +92,7 @@ func TestBatchEqualsOneAtATime(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	s := open(t, url)
-	merchant, _, err := s.CreateMerchant(ctx, "batch")
+	merchant, _, err := s.RegisterMerchant(ctx, "batch")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestUnconfirmedCommitIsNotAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	s := open(t, url)
-	merchant, _, err := s.CreateMerchant(ctx, "durable")
+	merchant, _, err := s.RegisterMerchant(ctx, "durable")
 	if err != nil {
 		t.Fatal(err)
 	}

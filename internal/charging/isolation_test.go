@@ -54,10 +54,10 @@ func newIsolationFixture(t *testing.T, wait time.Duration) *isolationFixture {
 	if err := f.s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if f.merchant, _, err = f.s.CreateMerchant(context.Background(), t.Name()); err != nil {
+	if f.merchant, _, err = f.s.RegisterMerchant(context.Background(), t.Name()); err != nil {
 		t.Fatal(err)
 	}
-	if f.other, _, err = f.s.CreateMerchant(context.Background(), t.Name()+"-other"); err != nil {
+	if f.other, _, err = f.s.RegisterMerchant(context.Background(), t.Name()+"-other"); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -483,7 +483,7 @@ func TestStuckBatcherIsNotReady(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	s := testkit.OpenService(t, url, postgres.Options{KeyWait: 200 * time.Millisecond, CommitWait: 100 * time.Millisecond}, charging.Options{})
-	merchant, _, err := s.CreateMerchant(ctx, t.Name())
+	merchant, _, err := s.RegisterMerchant(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,11 +62,11 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 func (f *fixture) otherMerchant() *fixture {
 	f.t.Helper()
 	g := *f
-	var err error
-	g.merchantID, g.apiKey, err = f.store.CreateMerchant(context.Background(), f.t.Name()+"-other")
+	merchant, key, err := f.store.RegisterMerchant(context.Background(), f.t.Name()+"-other")
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	g.merchantID, g.apiKey = merchant, key.Secret
 	return &g
 }
 

@@ -44,7 +44,7 @@ func BenchmarkKeyClaimOverhead(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			merchant, _, err := s.CreateMerchant(ctx, "bench")
+			merchant, _, err := s.RegisterMerchant(ctx, "bench")
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -22,6 +22,9 @@ type ChargeDB struct {
 
 var _ chargedb.Store = (*ChargeDB)(nil)
 
+// Ping checks that the database answers as a primary (DB.Ping).
+func (s *ChargeDB) Ping(ctx context.Context) error { return s.ping(ctx) }
+
 // Lock begins a batch's transaction on a pooled connection and runs its
 // first round trip (lockBatch); see chargedb.Store.
 func (s *ChargeDB) Lock(ctx context.Context, reqs []idempotency.ChargeRequest, w chargedb.Waits) (chargedb.Tx, *chargedb.Locks, error) {

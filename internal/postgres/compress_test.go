@@ -98,7 +98,7 @@ func BenchmarkStoredBodySize(b *testing.B) {
 			body []byte
 			size *int
 		}{{"raw", body, &rawStored}, {"zstd", compressed, &zstdStored}} {
-			_, err := s.pool.Exec(ctx, `
+			_, err := s.Pool().Exec(ctx, `
 INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, body)
 VALUES ($1, $2, '\x00', 201, $3)
 ON CONFLICT (merchant_id, key) DO UPDATE SET body = excluded.body`, merchant, v.key, v.body)
@@ -106,7 +106,7 @@ ON CONFLICT (merchant_id, key) DO UPDATE SET body = excluded.body`, merchant, v.
 				b.Fatal(err)
 			}
 			// Read back from the table: what is stored, after TOAST.
-			err = s.pool.QueryRow(ctx, `SELECT pg_column_size(body) FROM idempotency_keys WHERE merchant_id = $1 AND key = $2`,
+			err = s.Pool().QueryRow(ctx, `SELECT pg_column_size(body) FROM idempotency_keys WHERE merchant_id = $1 AND key = $2`,
 				merchant, v.key).Scan(v.size)
 			if err != nil {
 				b.Fatal(err)

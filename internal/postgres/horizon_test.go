@@ -109,7 +109,7 @@ func writeEvents(t *testing.T, s *postgres.Store, merchant uuid.UUID, n int) []u
 
 func newMerchant(t *testing.T, s *postgres.Store) uuid.UUID {
 	t.Helper()
-	m, _, err := s.CreateMerchant(context.Background(), "acme-"+uuid.NewString()[:8])
+	m, _, err := s.RegisterMerchant(context.Background(), "acme-"+uuid.NewString()[:8])
 	if err != nil {
 		t.Fatal(err)
 	}

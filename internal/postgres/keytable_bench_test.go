@@ -58,13 +58,13 @@ func BenchmarkKeyTable(b *testing.B) {
 	path := charging.New(s, charging.Options{Waiters: 10}) // half of MaxConns, as cmd/payments sets it
 	exec := func(sql string, args ...any) {
 		b.Helper()
-		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
+		if _, err := s.Pool().Exec(ctx, sql, args...); err != nil {
 			b.Fatalf("%s: %v", sql, err)
 		}
 	}
 
 	// Store the keys, as the API's fresh charges do.
-	merchant, _, err := s.CreateMerchant(ctx, "keytable")
+	merchant, _, err := s.RegisterMerchant(ctx, "keytable")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,7 +88,7 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 				return
 			case <-time.After(2 * time.Second):
 			}
-			_, _ = s.pool.Exec(vacuumCtx, `VACUUM accounts`)
+			_, _ = s.Pool().Exec(vacuumCtx, `VACUUM accounts`)
 		}
 	}()
 	var next atomic.Int64
@@ -126,7 +126,7 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 		heap, toast, pkey, byTime, total      int64
 		rowBytes, bodyBytes, keyBytes, zstded float64
 	)
-	err = s.pool.QueryRow(ctx, `
+	err = s.Pool().QueryRow(ctx, `
 SELECT (SELECT count(*) FROM idempotency_keys),
        pg_relation_size('idempotency_keys'), pg_table_size('idempotency_keys') - pg_relation_size('idempotency_keys'),
        pg_relation_size('idempotency_keys_pkey'), pg_relation_size('idempotency_keys_created_at'),
@@ -160,7 +160,7 @@ SELECT (SELECT count(*) FROM idempotency_keys),
 	// The WAL of one batch: EXPLAIN ANALYZE runs the janitor's DELETE, counts
 	// the WAL it writes (its own, whatever else the server does), and the
 	// transaction rolls back, leaving the keys to the janitor.
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.Pool().Begin(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -200,7 +200,7 @@ SELECT (SELECT count(*) FROM idempotency_keys),
 	began = time.Now()
 	exec(`VACUUM idempotency_keys`)
 	vacuumTook := time.Since(began)
-	if err := s.pool.QueryRow(ctx, `SELECT pg_total_relation_size('idempotency_keys')`).Scan(&total); err != nil {
+	if err := s.Pool().QueryRow(ctx, `SELECT pg_total_relation_size('idempotency_keys')`).Scan(&total); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("VACUUM after the janitor: %s; the empty table and its indexes then take %d bytes",

@@ -53,13 +53,6 @@ type APIKey struct {
 	RevokedAt  *time.Time // nil while valid
 }
 
-// CreateMerchant registers a merchant with one API key and returns both; see
-// RegisterMerchant for the key's id.
-func (s *Merchants) CreateMerchant(ctx context.Context, name string) (uuid.UUID, string, error) {
-	id, key, err := s.RegisterMerchant(ctx, name)
-	return id, key.Secret, err
-}
-
 // RegisterMerchant registers a merchant with one API key and returns both.
 func (s *Merchants) RegisterMerchant(ctx context.Context, name string) (uuid.UUID, NewAPIKey, error) {
 	id := payment.NewID()

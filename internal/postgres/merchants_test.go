@@ -24,10 +24,11 @@ import (
 func TestAuthCache(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, pgtest.DatabaseURL(t))
-	id, key, err := s.CreateMerchant(ctx, "acme")
+	id, newKey, err := s.RegisterMerchant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
+	key := newKey.Secret
 	if got, err := s.Authenticate(ctx, key, "test"); err != nil || got != id {
 		t.Fatalf("Authenticate = %v, %v; want %v", got, err, id)
 	}
@@ -155,10 +156,11 @@ func TestValidKeysSpendNoBudget(t *testing.T) {
 	const n = 5 * UnknownKeyBurst
 	keys := make([]string, n)
 	for i := range keys {
-		var err error
-		if _, keys[i], err = s.CreateMerchant(ctx, "burst-"+strconv.Itoa(i)); err != nil {
+		_, key, err := s.RegisterMerchant(ctx, "burst-"+strconv.Itoa(i))
+		if err != nil {
 			t.Fatal(err)
 		}
+		keys[i] = key.Secret
 	}
 	errs := make(chan error, 2*n)
 	start := make(chan struct{})

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"payments/internal/payment"
 )
@@ -218,70 +217,3 @@ func backlog(ctx context.Context, q rowQuerier) (count int64, oldest time.Durati
 	}
 	return count, oldest, nil
 }
-
-// Monitor reads the outbox's state for the metrics on a connection of its own
-// (at most one), so sampling never takes a connection from the payments.
-type Monitor struct{ pool *pgxpool.Pool }
-
-// OpenMonitor returns a Monitor of the database at databaseURL; it connects
-// on first use. It returns an error only for an invalid URL.
-func OpenMonitor(ctx context.Context, databaseURL string) (*Monitor, error) {
-	cfg, err := pgxpool.ParseConfig(databaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("parse database URL: %w", err)
-	}
-	cfg.MaxConns = 1
-	cfg.ConnConfig.RuntimeParams["application_name"] = "payments-metrics"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("create monitor pool: %w", err)
-	}
-	return &Monitor{pool: pool}, nil
-}
-
-// OutboxState is a reading of the outbox, for the metrics and the operator.
-type OutboxState struct {
-	// Backlog is how many events wait to be published, Oldest the age of the
-	// oldest of them.
-	Backlog int64
-	Oldest  time.Duration
-	// Held is how long the oldest committed event has waited behind the event
-	// horizon (horizon.go): listed by neither the feed nor the relay, because
-	// an older transaction of this database still runs. 0 when none waits.
-	Held time.Duration
-	// Holder is the transaction that holds the horizon back, if one does.
-	Holder *HorizonHolder
-}
-
-// heldSQL is the age of the oldest committed event at or above the horizon
-// ($1, read by the statement before). The relay has not published it (it
-// cannot): it is after the cursor.
-const heldSQL = `
-SELECT extract(epoch FROM now() - min(created_at))::float8
-FROM unpublished_events WHERE tx_id >= $1::xid8`
-
-// Outbox reads the backlog and what holds the event horizon back, on the
-// monitor's connection.
-func (m *Monitor) Outbox(ctx context.Context) (OutboxState, error) {
-	var st OutboxState
-	var err error
-	if st.Backlog, st.Oldest, err = backlog(ctx, m.pool); err != nil {
-		return OutboxState{}, err
-	}
-	h, err := eventHorizon(ctx, m.pool)
-	if err != nil {
-		return OutboxState{}, err
-	}
-	var held *float64
-	if err := m.pool.QueryRow(ctx, heldSQL, h.xid).Scan(&held); err != nil {
-		return OutboxState{}, asUnavailable(fmt.Errorf("events held: %w", err))
-	}
-	if held != nil {
-		st.Held = max(0, time.Duration(*held*float64(time.Second)))
-	}
-	st.Holder = h.holder()
-	return st, nil
-}
-
-// Close closes the monitor's connection.
-func (m *Monitor) Close() { m.pool.Close() }

@@ -66,7 +66,7 @@ func TestBacklog(t *testing.T) {
 	if n, age, err := s.Backlog(ctx); err != nil || n != 0 || age != 0 {
 		t.Fatalf("empty outbox: %d events, oldest %v, %v; want 0, 0", n, age, err)
 	}
-	merchant, _, err := s.CreateMerchant(ctx, "acme")
+	merchant, _, err := s.RegisterMerchant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}

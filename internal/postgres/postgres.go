@@ -78,10 +78,13 @@ func (o Options) withDefaults() Options {
 // for the ledger its steps run on), ChargeDB (chargedb.go, chargesql.go and
 // chargewrite.go: the SQL of the charge path, whose use case is
 // internal/charging), Reader (reader.go), Outbox (outbox.go) and Merchants
-// (merchants.go, auth.go). Store bundles them for cmd/payments, which hands
-// each consumer of the store the interface it declares.
+// (merchants.go, auth.go). Each role is built alone on the handle (DB,
+// from Connect) with its New function, and holds no Close: the handle's
+// owner closes it. Store bundles them for cmd/payments, which hands each
+// consumer of the store the interface it declares. Monitor (monitor.go)
+// reads the outbox for the metrics on a pool of its own.
 type Store struct {
-	*db
+	*DB
 	*Keys
 	*ChargeDB
 	*Reader
@@ -89,8 +92,13 @@ type Store struct {
 	*Merchants
 }
 
-// db is what every role shares: the pool, the options, and the notifier that
-// wakes the relay after events commit.
+// DB is the handle every role is built on: one pool, its options, and the
+// notifier that wakes the relay after events commit. Connect opens it; Close
+// closes it, and only its owner does: the roles do not have Close.
+type DB struct{ *db }
+
+// db is what the roles share through the handle: the pool, the options, the
+// notifier, and the helpers every role's SQL uses (inTx, acquire, ...).
 type db struct {
 	pool *pgxpool.Pool
 	opts Options
@@ -123,9 +131,27 @@ type Merchants struct {
 	authFlight   singleflight.Group
 }
 
-// Open connects to the database at databaseURL. It does not wait for the
-// database to answer; use Ping for that.
+// Open connects to the database at databaseURL (Connect) and builds every
+// role on that one handle. It does not wait for the database to answer; use
+// Ping for that.
 func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error) {
+	d, err := Connect(ctx, databaseURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{
+		DB:        d,
+		Keys:      NewKeys(d),
+		ChargeDB:  NewChargeDB(d),
+		Reader:    NewReader(d),
+		Outbox:    NewOutbox(d),
+		Merchants: NewMerchants(d),
+	}, nil
+}
+
+// Connect opens the handle the roles are built on: a pool on the database at
+// databaseURL, and the notifier. It does not wait for the database to answer.
+func Connect(ctx context.Context, databaseURL string, opts Options) (*DB, error) {
 	opts = opts.withDefaults()
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
@@ -152,19 +178,28 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	var notifierCtx context.Context
 	notifierCtx, d.stopNotifier = context.WithCancel(context.Background())
 	go d.notifier(notifierCtx)
-	s := &Store{
-		db:        d,
-		Keys:      &Keys{d},
-		ChargeDB:  &ChargeDB{db: d, chargeSQL: defaultChargeStatements},
-		Reader:    &Reader{d},
-		Outbox:    &Outbox{d},
-		Merchants: &Merchants{db: d, unknownSlots: make(chan struct{}, UnknownKeyLookups)},
-	}
-	return s, nil
+	return &DB{d}, nil
+}
+
+// NewKeys builds the Keys role on d.
+func NewKeys(d *DB) *Keys { return &Keys{d.db} }
+
+// NewChargeDB builds the charge path's store on d.
+func NewChargeDB(d *DB) *ChargeDB { return &ChargeDB{db: d.db, chargeSQL: defaultChargeStatements} }
+
+// NewReader builds the Reader role on d.
+func NewReader(d *DB) *Reader { return &Reader{d.db} }
+
+// NewOutbox builds the Outbox role on d.
+func NewOutbox(d *DB) *Outbox { return &Outbox{d.db} }
+
+// NewMerchants builds the Merchants role on d.
+func NewMerchants(d *DB) *Merchants {
+	return &Merchants{db: d.db, unknownSlots: make(chan struct{}, UnknownKeyLookups)}
 }
 
 // Close waits for connections in use to be released and closes the pool.
-func (s *db) Close() {
+func (s *DB) Close() {
 	s.stopNotifier()
 	<-s.notifierDone
 	s.pool.Close()
@@ -210,11 +245,16 @@ func (s *db) notifier(ctx context.Context) {
 const notifyEvery = 10 * time.Millisecond
 
 // Pool exposes the connection pool for statistics and tests.
-func (s *db) Pool() *pgxpool.Pool { return s.pool }
+func (s *DB) Pool() *pgxpool.Pool { return s.pool }
 
 // Ping checks that the database answers and takes writes: a primary, not a
 // standby. It returns payment.ErrUnavailable when it does not.
-func (s *db) Ping(ctx context.Context) error {
+func (s *DB) Ping(ctx context.Context) error { return s.ping(ctx) }
+
+// Ping is the handle's (DB.Ping): the charge path's store has one too.
+func (s *Store) Ping(ctx context.Context) error { return s.DB.Ping(ctx) }
+
+func (s *db) ping(ctx context.Context) error {
 	var standby bool
 	if err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
 		return asUnavailable(fmt.Errorf("ping: %w", err))

@@ -131,7 +131,7 @@ func TestCommitsWithEventsWakeTheRelay(t *testing.T) {
 	url := pgtest.NewDatabase(t) // no other test's commits notify here
 	s := open(t, url)
 	listener := listen(t, url)
-	merchant, _, err := s.CreateMerchant(ctx, "acme")
+	merchant, _, err := s.RegisterMerchant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestNotifyIsPaced(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	s := open(t, url)
 	listener := listen(t, url)
-	merchant, _, err := s.CreateMerchant(ctx, "acme")
+	merchant, _, err := s.RegisterMerchant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = public, pg_catal
 	}
 	s := open(t, url)
 	listener := listen(t, url)
-	merchant, _, err := s.CreateMerchant(ctx, "acme")
+	merchant, _, err := s.RegisterMerchant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestExhaustedPoolIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	merchant, _, err := s.CreateMerchant(ctx, "acme")
+	merchant, _, err := s.RegisterMerchant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,10 +372,11 @@ func TestExhaustedPoolIsUnavailable(t *testing.T) {
 func TestAuthenticate(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, pgtest.DatabaseURL(t))
-	id, key, err := s.CreateMerchant(ctx, "acme")
+	id, newKey, err := s.RegisterMerchant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
+	key := newKey.Secret
 	for range 2 { // the second answer comes from the cache
 		if got, err := s.Authenticate(ctx, key, "test"); err != nil || got != id {
 			t.Errorf("Authenticate = %v, %v; want %v", got, err, id)
@@ -400,7 +401,7 @@ func TestChargesWakeTheRelay(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	s := testkit.NewService(open(t, url), postgres.Options{}, charging.Options{})
-	merchant, _, err := s.CreateMerchant(ctx, t.Name())
+	merchant, _, err := s.RegisterMerchant(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestRetentionCountsFromTheStoredResponse(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := testkit.OpenService(t, url, postgres.Options{KeyTTL: ttl}, charging.Options{})
-			merchant, _, err := s.CreateMerchant(ctx, t.Name())
+			merchant, _, err := s.RegisterMerchant(ctx, t.Name())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -48,7 +48,7 @@ func setup(t *testing.T) *env {
 func setupBench(t testing.TB) *env {
 	t.Helper()
 	store := testkit.OpenService(t, pgtest.NewDatabase(t), postgres.Options{}, charging.Options{})
-	merchant, _, err := store.CreateMerchant(context.Background(), t.Name())
+	merchant, _, err := store.RegisterMerchant(context.Background(), t.Name())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,8 +83,10 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 	}))
 	t.Cleanup(srv.Close)
 	a.URL = srv.URL
-	if a.MerchantID, a.APIKey, err = svc.CreateMerchant(ctx, t.Name()); err != nil {
+	merchant, key, err := svc.RegisterMerchant(ctx, t.Name())
+	if err != nil {
 		t.Fatal(err)
 	}
+	a.MerchantID, a.APIKey = merchant, key.Secret
 	return a
 }
