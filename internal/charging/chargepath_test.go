@@ -36,9 +36,9 @@ func chargeFixture(t *testing.T, opts postgres.Options) (s testkit.Service, url 
 
 func newCharge(merchant, account uuid.UUID, amount int64) idempotency.ChargeRequest {
 	return idempotency.ChargeRequest{
-		Key:    idempotency.Request{MerchantID: merchant, Key: "k-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{byte(amount)}},
-		Charge: payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
-		Render: render,
+		Request: idempotency.Request{MerchantID: merchant, Key: "k-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{byte(amount)}},
+		Charge:  payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
+		Render:  render,
 	}
 }
 
@@ -167,7 +167,7 @@ func TestChargeStoredAt(t *testing.T) {
 
 	// Age the key past the retention: its next request executes afresh, in
 	// the batch that deletes the old row.
-	if _, err := s.Pool().Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '2 hours' WHERE key = $1`, req.Key.Key); err != nil {
+	if _, err := s.Pool().Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '2 hours' WHERE key = $1`, req.Request.Key); err != nil {
 		t.Fatal(err)
 	}
 	again, err := s.CreateCharge(ctx, req)

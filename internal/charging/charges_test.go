@@ -41,8 +41,8 @@ type answer struct {
 }
 
 func (m *model) charge(r idempotency.ChargeRequest) answer {
-	if k, ok := m.keys[r.Key.Key]; ok {
-		if k.fp != r.Key.Fingerprint {
+	if k, ok := m.keys[r.Request.Key]; ok {
+		if k.fp != r.Request.Fingerprint {
 			return answer{err: idempotency.ErrKeyReused}
 		}
 		return answer{status: k.status, replayed: true}
@@ -60,7 +60,7 @@ func (m *model) charge(r idempotency.ChargeRequest) answer {
 		m.charges[c.Status]++
 		m.balances[a.ID] = a.Balance
 	}
-	m.keys[r.Key.Key] = modelKey{fp: r.Key.Fingerprint, status: resp.Status}
+	m.keys[r.Request.Key] = modelKey{fp: r.Request.Fingerprint, status: resp.Status}
 	return answer{status: resp.Status}
 }
 
@@ -139,9 +139,9 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 				amount = refusedAmount
 			}
 			return idempotency.ChargeRequest{
-				Key:    idempotency.Request{MerchantID: merchant, Key: fmt.Sprintf("r%d-%s", round, uuid.NewString()), Fingerprint: fp},
-				Charge: payment.NewCharge{AccountID: acct, Amount: amount, Currency: cur},
-				Render: render,
+				Request: idempotency.Request{MerchantID: merchant, Key: fmt.Sprintf("r%d-%s", round, uuid.NewString()), Fingerprint: fp},
+				Charge:  payment.NewCharge{AccountID: acct, Amount: amount, Currency: cur},
+				Render:  render,
 			}
 		}
 		for batchNo := range 2 {
@@ -153,7 +153,7 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 					batch[i] = used[rng.IntN(len(used))]
 				case p == 1 && len(used) > 0: // an earlier key, another request
 					batch[i] = newRequest()
-					batch[i].Key.Key = used[rng.IntN(len(used))].Key.Key
+					batch[i].Request.Key = used[rng.IntN(len(used))].Request.Key
 				default:
 					batch[i] = newRequest()
 				}
@@ -175,7 +175,7 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 			}
 			var heldKey string
 			if rng.IntN(3) == 0 {
-				heldKey = batch[rng.IntN(n)].Key.Key
+				heldKey = batch[rng.IntN(n)].Request.Key
 				if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`, merchant, heldKey); err != nil {
 					t.Fatal(err)
 				}
@@ -200,7 +200,7 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 				switch {
 				case g.Busy && r.Charge.AccountID != lockedAccount:
 					t.Fatalf("%s member %d left as busy, but its account is not the one held", where, i)
-				case g.InFlight && r.Key.Key != heldKey && !leftKeys[r.Key.Key]:
+				case g.InFlight && r.Request.Key != heldKey && !leftKeys[r.Request.Key]:
 					t.Fatalf("%s member %d left as in flight, but its key is not held", where, i)
 				case g.Busy || g.InFlight:
 					if g.Busy {
@@ -209,7 +209,7 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 						inFlight++
 					}
 					left = append(left, i)
-					leftKeys[r.Key.Key] = true
+					leftKeys[r.Request.Key] = true
 					continue
 				}
 				a, want := observed(g.Result, g.Err), m.charge(r)

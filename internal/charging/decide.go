@@ -20,7 +20,7 @@ func decideBatch(reqs []idempotency.ChargeRequest, locks *chargedb.Locks) (answe
 	answers, decided, w = make([]chargeAnswer, n), make([]bool, n), &writes{}
 	first := make(map[idempotency.Request]int, n) // by (merchant, key): the member that executed it
 	for i, r := range reqs {
-		id := idempotency.Request{MerchantID: r.Key.MerchantID, Key: r.Key.Key}
+		id := idempotency.Request{MerchantID: r.Request.MerchantID, Key: r.Request.Key}
 		j, seen := first[id]
 		switch {
 		case !locks.KeyHeld[i]:
@@ -29,22 +29,22 @@ func decideBatch(reqs []idempotency.ChargeRequest, locks *chargedb.Locks) (answe
 			// An answer from a stored row: confirm it
 			// (internal/postgres/durable.go).
 			w.ConfirmReplays = true
-			answers[i].res, answers[i].err = replayStored(r.Key, locks.Stored[i])
+			answers[i].res, answers[i].err = replayStored(r.Request, locks.Stored[i])
 		case seen && answers[j].left():
 			// Its key's first member left the batch: it waits for that
 			// one's outcome, as it would have alone.
 			answers[i].inFlight = true
 		case seen: // j's answer is final: it was decided above
-			answers[i] = sameKey(r.Key, reqs[j].Key, answers[j])
+			answers[i] = sameKey(r.Request, reqs[j].Request, answers[j])
 			decided[i] = true
-		case locks.Busy[chargedb.AccountKey{Merchant: r.Key.MerchantID, ID: r.Charge.AccountID}]:
+		case locks.Busy[chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}]:
 			first[id] = i
 			answers[i].busy = true
 		default:
 			first[id] = i
 			decided[i] = true
 			if locks.Stored[i].Found {
-				w.Expired = append(w.Expired, r.Key)
+				w.Expired = append(w.Expired, r.Request)
 			}
 			answers[i].res, answers[i].err = w.decide(r, locks.Accounts, locks.Now)
 		}
@@ -88,7 +88,7 @@ type writes struct {
 // decide decides one member's charge against the accounts as the members
 // before it left them, renders its answer, and adds what it writes.
 func (w *writes) decide(r idempotency.ChargeRequest, accounts map[chargedb.AccountKey]*payment.Account, now time.Time) (idempotency.Result, error) {
-	ak := chargedb.AccountKey{Merchant: r.Key.MerchantID, ID: r.Charge.AccountID}
+	ak := chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}
 	c, refused := payment.ChargeAccount(accounts[ak], payment.NewID(), r.Charge, now)
 	var payload []byte
 	if refused == nil {
@@ -102,12 +102,12 @@ func (w *writes) decide(r idempotency.ChargeRequest, accounts map[chargedb.Accou
 		return idempotency.Result{}, err
 	}
 	if refused == nil {
-		w.addCharge(r.Key.MerchantID, c, payload)
+		w.addCharge(r.Request.MerchantID, c, payload)
 		if c.Status == payment.ChargeSucceeded {
 			w.debit(ak, c.Amount)
 		}
 	}
-	w.Keys = append(w.Keys, chargedb.KeyRow{Req: r.Key, Resp: resp})
+	w.Keys = append(w.Keys, chargedb.KeyRow{Req: r.Request, Resp: resp})
 	return idempotency.Result{Response: resp}, nil
 }
 

@@ -41,9 +41,9 @@ var (
 
 func decideCharge(key string, fp byte, account uuid.UUID, amount int64) idempotency.ChargeRequest {
 	return idempotency.ChargeRequest{
-		Key:    idempotency.Request{MerchantID: decideMerchant, Key: key, Fingerprint: idempotency.Fingerprint{fp}},
-		Charge: payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
-		Render: decideRender,
+		Request: idempotency.Request{MerchantID: decideMerchant, Key: key, Fingerprint: idempotency.Fingerprint{fp}},
+		Charge:  payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
+		Render:  decideRender,
 	}
 }
 

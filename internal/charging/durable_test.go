@@ -50,16 +50,16 @@ func TestUnconfirmedCommitIsNotAcknowledged(t *testing.T) {
 	}
 
 	charge := idempotency.ChargeRequest{
-		Key:    idempotency.Request{MerchantID: merchant, Key: "charge-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{7}},
-		Charge: payment.NewCharge{AccountID: account, Amount: 300, Currency: "USD"},
-		Render: render,
+		Request: idempotency.Request{MerchantID: merchant, Key: "charge-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{7}},
+		Charge:  payment.NewCharge{AccountID: account, Amount: 300, Currency: "USD"},
+		Render:  render,
 	}
 	// Alone and in a batch: both commit paths.
 	if _, err := s.CreateCharge(ctx, charge); !errors.Is(err, payment.ErrUnavailable) {
 		t.Fatalf("charge whose commit warned: %v, want %v", err, payment.ErrUnavailable)
 	}
 	second := charge
-	second.Key.Key = "charge-" + uuid.NewString()
+	second.Request.Key = "charge-" + uuid.NewString()
 	if _, err := s.RunChargeBatch(ctx, []idempotency.ChargeRequest{second}); !errors.Is(err, payment.ErrUnavailable) {
 		t.Fatalf("batch whose commit warned: %v, want %v", err, payment.ErrUnavailable)
 	}
@@ -91,7 +91,7 @@ SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1), (SELECT count(*) F
 	for _, r := range []idempotency.ChargeRequest{charge, second} {
 		res, err := s.CreateCharge(ctx, r)
 		if err != nil || !res.Replayed || res.Status != 201 {
-			t.Fatalf("retry of %s: %+v, %v; want a replayed 201", r.Key.Key, res, err)
+			t.Fatalf("retry of %s: %+v, %v; want a replayed 201", r.Request.Key, res, err)
 		}
 	}
 	if res, err := s.Idempotent(ctx, deposit, step); err != nil || !res.Replayed {

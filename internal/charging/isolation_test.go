@@ -89,7 +89,7 @@ func (f *isolationFixture) storedKeys(t *testing.T, reqs ...idempotency.ChargeRe
 	t.Helper()
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
-		keys[i] = r.Key.Key
+		keys[i] = r.Request.Key
 	}
 	var n int
 	if err := f.s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys WHERE key = ANY($1)`, keys).Scan(&n); err != nil {
@@ -138,11 +138,11 @@ func (h *rowHolder) account(t *testing.T, account uuid.UUID) *rowHolder {
 func (h *rowHolder) key(t *testing.T, req idempotency.ChargeRequest) *rowHolder {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := h.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`, req.Key.MerchantID, req.Key.Key); err != nil {
+	if _, err := h.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`, req.Request.MerchantID, req.Request.Key); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.tx.Exec(ctx, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint) VALUES ($1, $2, $3)`,
-		req.Key.MerchantID, req.Key.Key, req.Key.Fingerprint[:]); err != nil {
+		req.Request.MerchantID, req.Request.Key, req.Request.Fingerprint[:]); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -324,7 +324,7 @@ func TestInFlightTwinLocksNothing(t *testing.T) {
 	time.AfterFunc(wait/2, func() {
 		defer close(answered)
 		_, _ = h.tx.Exec(ctx, `UPDATE accounts SET balance = balance - 100 WHERE id = $1`, acct)
-		_, _ = h.tx.Exec(ctx, `UPDATE idempotency_keys SET status = 201, body = '"the twin''s"', created_at = now() WHERE key = $1`, retry.Key.Key)
+		_, _ = h.tx.Exec(ctx, `UPDATE idempotency_keys SET status = 201, body = '"the twin''s"', created_at = now() WHERE key = $1`, retry.Request.Key)
 		_ = h.tx.Commit(ctx)
 	})
 	answers := f.chargeAll(ctx, reqs)
@@ -424,7 +424,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	if res, err := f.s.CreateCharge(leaving, lone); err != nil || res.Status != http.StatusCreated {
 		t.Errorf("a lone charge whose client left during its batch: %d, %v; want its true answer, 201", res.Status, err)
 	}
-	reported(charging.AbandonedCharge{Request: lone.Key, Outcome: charging.AbandonedExecuted, Status: http.StatusCreated})
+	reported(charging.AbandonedCharge{Request: lone.Request, Outcome: charging.AbandonedExecuted, Status: http.StatusCreated})
 
 	// In a batch run by another goroutine: 503, then its outcome.
 	first := make(chan error, 1)
@@ -447,7 +447,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	if err := <-answer; !errors.Is(err, payment.ErrUnavailable) {
 		t.Fatalf("a charge whose client left during its batch: %v, want payment.ErrUnavailable", err)
 	}
-	reported(charging.AbandonedCharge{Request: second.Key, Outcome: charging.AbandonedExecuted, Status: http.StatusCreated})
+	reported(charging.AbandonedCharge{Request: second.Request, Outcome: charging.AbandonedExecuted, Status: http.StatusCreated})
 	if res, err := f.s.CreateCharge(ctx, second); err != nil || !res.Replayed || res.Status != http.StatusCreated {
 		t.Errorf("the retry: %+v, %v; want the 201 replayed", res, err)
 	}
@@ -469,7 +469,7 @@ CREATE TRIGGER slow_7 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 7
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	reported(charging.AbandonedCharge{Request: queued.Key, Outcome: charging.AbandonedNotExecuted})
+	reported(charging.AbandonedCharge{Request: queued.Request, Outcome: charging.AbandonedNotExecuted})
 	if n := f.storedKeys(t, queued); n != 0 || f.balance(t, acct) != 972 {
 		t.Errorf("%d keys stored for the charge that left the queue, balance %d; want 0 and 972", n, f.balance(t, acct))
 	}
@@ -549,7 +549,7 @@ func TestDepartedCallersChangeNothing(t *testing.T) {
 	outcomes := make([]outcome, n)
 	byKey := make(map[string]int, n)
 	for i, r := range reqs {
-		byKey[r.Key.Key] = i
+		byKey[r.Request.Key] = i
 	}
 	start := make(chan struct{})
 	var wg sync.WaitGroup

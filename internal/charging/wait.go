@@ -56,7 +56,7 @@ func (s *Path) formBusyGroups(reqs []idempotency.ChargeRequest, answers []charge
 		if !a.busy {
 			continue
 		}
-		ak := chargedb.AccountKey{Merchant: reqs[i].Key.MerchantID, ID: reqs[i].Charge.AccountID}
+		ak := chargedb.AccountKey{Merchant: reqs[i].Request.MerchantID, ID: reqs[i].Charge.AccountID}
 		g := groups[ak]
 		if g == nil {
 			if groups == nil {
@@ -203,7 +203,7 @@ func (s *Path) reportAbandoned(req idempotency.ChargeRequest, ans chargeAnswer, 
 	if s.opts.OnAbandoned == nil {
 		return
 	}
-	a := AbandonedCharge{Request: req.Key}
+	a := AbandonedCharge{Request: req.Request}
 	switch {
 	case err != nil:
 		a.Outcome, a.Err = AbandonedFailed, err

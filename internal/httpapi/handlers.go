@@ -132,7 +132,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 			Body: append(body, '\n')}, nil
 	}
 	res := s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
-		return s.backend.CreateCharge(ctx, idempotency.ChargeRequest{Key: req, Charge: nc, Render: render})
+		return s.backend.CreateCharge(ctx, idempotency.ChargeRequest{Request: req, Charge: nc, Render: render})
 	})
 	if status := outcome.Load(); status != nil && res.Status != 0 && !res.Replayed {
 		s.opts.Metrics.Charge(string(*status))

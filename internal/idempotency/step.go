@@ -26,7 +26,7 @@ type ChargeRenderer func(c payment.Charge, body []byte, err error) (Response, er
 
 // ChargeRequest is one charge to execute under its idempotency key.
 type ChargeRequest struct {
-	Key    Request
-	Charge payment.NewCharge
-	Render ChargeRenderer
+	Request Request
+	Charge  payment.NewCharge
+	Render  ChargeRenderer
 }

@@ -67,9 +67,9 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 					var fp idempotency.Fingerprint
 					_, _ = rand.Read(fp[:])
 					_, err := s.CreateCharge(ctx, idempotency.ChargeRequest{
-						Key:    idempotency.Request{MerchantID: merchant, Key: fmt.Sprint(run, i), Fingerprint: fp},
-						Charge: payment.NewCharge{AccountID: accounts[i%int64(len(accounts))], Amount: 1, Currency: "USD"},
-						Render: testkit.RenderCharge,
+						Request: idempotency.Request{MerchantID: merchant, Key: fmt.Sprint(run, i), Fingerprint: fp},
+						Charge:  payment.NewCharge{AccountID: accounts[i%int64(len(accounts))], Amount: 1, Currency: "USD"},
+						Render:  testkit.RenderCharge,
 					})
 					if err != nil {
 						b.Error(err)

@@ -140,7 +140,7 @@ func (s *ChargeDB) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []ide
 	n := len(reqs)
 	merchants, keys, accountIDs := make([]pgtype.UUID, n), make([]string, n), make([]pgtype.UUID, n)
 	for i, r := range reqs {
-		merchants[i], keys[i], accountIDs[i] = pgUUID(r.Key.MerchantID), r.Key.Key, pgUUID(r.Charge.AccountID)
+		merchants[i], keys[i], accountIDs[i] = pgUUID(r.Request.MerchantID), r.Request.Key, pgUUID(r.Charge.AccountID)
 	}
 
 	b := &pgx.Batch{}
@@ -274,7 +274,7 @@ func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.Charge
 	var merchants, ids []pgtype.UUID
 	seen := make(map[chargedb.AccountKey]bool)
 	for i, req := range reqs {
-		ak := chargedb.AccountKey{Merchant: req.Key.MerchantID, ID: req.Charge.AccountID}
+		ak := chargedb.AccountKey{Merchant: req.Request.MerchantID, ID: req.Charge.AccountID}
 		if !r.KeyHeld[i] || (r.Stored[i].Found && !r.Stored[i].Expired) || r.Accounts[ak] != nil || seen[ak] {
 			continue
 		}

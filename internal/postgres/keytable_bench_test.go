@@ -100,7 +100,7 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 				account := accounts[i%int64(len(accounts))]
 				body := []byte(`{"account_id":"` + payment.FormatID(payment.PrefixAccount, account) + `","amount":100,"currency":"USD"}`)
 				_, err := path.CreateCharge(ctx, idempotency.ChargeRequest{
-					Key: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(),
+					Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(),
 						Fingerprint: idempotency.NewFingerprint(http.MethodPost, "/v1/charges", body)},
 					Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"},
 					Render: apiCreated,

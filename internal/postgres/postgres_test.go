@@ -412,9 +412,9 @@ func TestChargesWakeTheRelay(t *testing.T) {
 	}
 	listener := listen(t, url)
 	req := idempotency.ChargeRequest{
-		Key:    idempotency.Request{MerchantID: merchant, Key: "k-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{1}},
-		Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"},
-		Render: testkit.RenderCharge,
+		Request: idempotency.Request{MerchantID: merchant, Key: "k-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{1}},
+		Charge:  payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"},
+		Render:  testkit.RenderCharge,
 	}
 	if _, err := s.CreateCharge(ctx, req); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func TestRetentionCountsFromTheStoredResponse(t *testing.T) {
 			})
 		},
 		"charge": func(s testkit.Service, req idempotency.Request, account uuid.UUID) (idempotency.Result, error) {
-			return s.CreateCharge(ctx, idempotency.ChargeRequest{Key: req, Render: testkit.RenderCharge,
+			return s.CreateCharge(ctx, idempotency.ChargeRequest{Request: req, Render: testkit.RenderCharge,
 				Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"}})
 		},
 	}

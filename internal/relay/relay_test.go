@@ -105,8 +105,8 @@ func (e *env) charge(account uuid.UUID, amount int64) {
 	var fp idempotency.Fingerprint
 	_, _ = rand.Read(fp[:])
 	_, err := e.store.CreateCharge(context.Background(), idempotency.ChargeRequest{
-		Key:    idempotency.Request{MerchantID: e.merchant, Key: uuid.NewString(), Fingerprint: fp},
-		Charge: payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
+		Request: idempotency.Request{MerchantID: e.merchant, Key: uuid.NewString(), Fingerprint: fp},
+		Charge:  payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
 		Render: func(payment.Charge, []byte, error) (idempotency.Response, error) {
 			return idempotency.Response{Status: 201, Body: []byte("{}")}, nil
 		},
