@@ -860,7 +860,7 @@ EOF
 ### How the further targets are measured
 
 **Key-claim overhead.** BenchmarkKeyClaimOverhead: 16 goroutines charge 1,000
-accounts through \`Store.CreateCharge\`, with and without the key,
+accounts through the charge path (\`charging.Path.CreateCharge\`), with and without the key,
 interleaved $claim_count times; the overhead is the ratio of the medians.
 
 **Janitor.** $janitor_keys expired keys (created 25 to 26 h ago, UUID-shaped keys,
