@@ -219,22 +219,18 @@ func nonEmpty(v string) error {
 }
 
 // wholeNumber parses an integer of 0 or more into n.
-func wholeNumber(n *int) func(string) error {
-	return func(v string) error {
-		parsed, err := strconv.Atoi(v)
-		if err != nil || parsed < 0 {
-			return fmt.Errorf("want a whole number, got %q", v)
-		}
-		*n = parsed
-		return nil
-	}
-}
+func wholeNumber(n *int) func(string) error { return intAtLeast(n, 0, "a whole number") }
 
-func positiveInt(n *int) func(string) error {
+// positiveInt parses an integer of 1 or more into n.
+func positiveInt(n *int) func(string) error { return intAtLeast(n, 1, "a positive integer") }
+
+// intAtLeast parses an integer of floor or more into n; want names such a
+// number in the error.
+func intAtLeast(n *int, floor int, want string) func(string) error {
 	return func(v string) error {
 		parsed, err := strconv.Atoi(v)
-		if err != nil || parsed < 1 {
-			return fmt.Errorf("want a positive integer, got %q", v)
+		if err != nil || parsed < floor {
+			return fmt.Errorf("want %s, got %q", want, v)
 		}
 		*n = parsed
 		return nil
