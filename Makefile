@@ -74,33 +74,36 @@ bench-sync: ## Fresh charges with a synchronous standby vs a single server, agai
 # The failover scenarios (TestFailover*) need the HA cluster: make chaos runs
 # them when make ha-up has started it, and says it skipped them otherwise;
 # make chaos-ha starts it and runs only them (CHAOS_LONG=1 for the long form).
-HA_ENV = PAYMENTS_HA_URL='$(shell ./scripts/ha.sh url)' PAYMENTS_HA_PATRONI=http://127.0.0.1:8441,http://127.0.0.1:8442
+# HA_ENV is expanded while make reads a recipe: `ha.sh url` builds
+# bin/hacluster if needed and prints a constant; silent when that fails.
+HA_ENV = PAYMENTS_HA_URL='$(shell GO=$(GO) ./scripts/ha.sh url 2>/dev/null)' PAYMENTS_HA_PATRONI=http://127.0.0.1:8441,http://127.0.0.1:8442
 
 .PHONY: chaos chaos-ha
 chaos: ## Run the long fault-injection scenarios (CHAOS_LONG=1 ./internal/chaos, a few minutes; failover too after make ha-up)
-	if HA_WAIT=2 ./scripts/ha.sh wait >/dev/null 2>&1; then export $(HA_ENV); fi; \
+	if GO=$(GO) HA_WAIT=2 ./scripts/ha.sh wait >/dev/null 2>&1; then export $(HA_ENV); fi; \
 	CHAOS_LONG=1 $(GO) test -race -count=1 -v -timeout 45m ./internal/chaos/
 
 HA_RUN ?= ^TestFailover
 
 chaos-ha: ## Start the HA cluster if needed and run the failover scenarios against it (kills its members; HA_RUN picks them)
-	./scripts/ha.sh up >/dev/null
+	GO=$(GO) ./scripts/ha.sh up >/dev/null
 	$(HA_ENV) $(GO) test -race -count=1 -v -timeout 30m -run '$(HA_RUN)' ./internal/chaos/
 
 # A PostgreSQL HA cluster on this machine for development and the failover
 # tests: etcd and two Patroni members (deploy/ha), a primary and a synchronous
 # standby on 127.0.0.1:5441 and :5442, data and logs in HA_DIR (default
 # /var/tmp/payments-ha). ha-up is idempotent and prints the DATABASE_URL;
-# scripts/ha.sh has the helpers the tests use (primary, pid, ctl, ...).
+# scripts/ha.sh has the helpers the tests use (primary, pid, ctl, ...). It
+# builds and runs cmd/hacluster, which does the work (go doc ./cmd/hacluster).
 .PHONY: ha-up ha-down ha-status
 ha-up: ## Start the HA cluster (etcd, Patroni primary + sync standby) and print its DATABASE_URL
-	./scripts/ha.sh up
+	GO=$(GO) ./scripts/ha.sh up
 
 ha-down: ## Stop the HA cluster and delete its data (HA_DIR)
-	./scripts/ha.sh down
+	GO=$(GO) ./scripts/ha.sh down
 
 ha-status: ## Show the HA cluster's processes and members (patronictl list)
-	./scripts/ha.sh status
+	GO=$(GO) ./scripts/ha.sh status
 
 # How long make fuzz runs each target. A failing input is saved under the
 # package's testdata/fuzz/<target>/, where go test then replays it.

@@ -9,7 +9,6 @@ cd "$(dirname "$0")/.."
 limit=300
 declare -A waiting=(
 	[scripts/bench.sh]=1158     # orchestration of make bench: to cmd/paymentsbench
-	[scripts/ha.sh]=430         # the Patroni cluster's processes
 	[scripts/bench-sync.sh]=400 # make bench-sync
 	[scripts/bench-lib.sh]=331  # what the bench scripts share
 )
