@@ -20,10 +20,11 @@ import (
 )
 
 // cluster is a Patroni cluster of one primary and one synchronous standby,
-// started by make ha-up (scripts/ha.sh). The failover scenarios run only
-// against one: make chaos-ha names it in PAYMENTS_HA_URL (the multi-host URL
-// of its postgres database, target_session_attrs=read-write) and
-// PAYMENTS_HA_PATRONI (the members' REST API addresses, comma-separated).
+// started by make ha-up (scripts/ha.sh, cmd/hacluster). The failover
+// scenarios run only against one: make chaos-ha names it in PAYMENTS_HA_URL
+// (the multi-host URL of its postgres database,
+// target_session_attrs=read-write) and PAYMENTS_HA_PATRONI (the members' REST
+// API addresses, comma-separated).
 type cluster struct {
 	url     string
 	patroni []string
