@@ -37,7 +37,7 @@ profile: ## CPU profile of the service under the fresh-charge load (PROFILE_SECO
 # and issue 24's CPU per charge by part, the relay on and off (bench-pair).
 # About 22 minutes with the defaults (it took 1,344 s on 2026-12-01); the knobs
 # (BENCH_SECONDS, BENCH_PAIRS, BENCH_CURVE=0, BENCH_LARGE=0, BENCH_CPU=0, ...)
-# are listed at the top of scripts/bench.sh.
+# are listed in cmd/benchrun/bench.go, which runs it (scripts/bench.sh builds it).
 .PHONY: bench
 bench: ## Load-test scratch services (before/after group commit) against pg-reference; writes docs/benchmarks.md and its PNGs
 	GO=$(GO) ./scripts/bench.sh

@@ -48,7 +48,7 @@ for c in $clients_list; do
 	psql -qX "$admin" -c "CREATE DATABASE $db TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'" >/dev/null
 	db_url="${base%/*}/$db$query"
 	new_merchant "$db_url"
-	# METRICS_SAMPLE as shipped (start_service samples every second for bench.sh).
+	# METRICS_SAMPLE as shipped (start_service samples every second for make bench).
 	start_service "$db_url" "$log" METRICS_SAMPLE=15s RELAY_ENABLED=$relay
 	bin/paymentsbench -url "$url" -api-key "$api_key" -c "$c" -d 1s -accounts "$accounts" -scenarios fresh >/dev/null
 	psql -qX "$db_url" -c CHECKPOINT >/dev/null

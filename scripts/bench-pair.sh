@@ -98,7 +98,7 @@ measure() {
 	[ "$relay" = off ] && relay_env=false
 	[ "$relay" = on ] && [ -n "${PAIR_EVENTS:-}" ] && events=(-events-url "$NATS_URL")
 	local side_env=PAIR_${side}_ENV
-	# METRICS_SAMPLE as shipped (start_service samples every second for bench.sh).
+	# METRICS_SAMPLE as shipped (start_service samples every second for make bench).
 	# shellcheck disable=SC2086 # the settings are words
 	service_bin=bin/pair-$side start_service "$db_url" "$out/$side-$relay-$round.log" \
 		METRICS_SAMPLE=15s RELAY_ENABLED=$relay_env ${!side_env:-}

@@ -8,9 +8,7 @@ cd "$(dirname "$0")/.."
 
 limit=300
 declare -A waiting=(
-	[scripts/bench.sh]=1158     # orchestration of make bench: to cmd/paymentsbench
 	[scripts/bench-sync.sh]=400 # make bench-sync
-	[scripts/bench-lib.sh]=331  # what the bench scripts share
 )
 
 status=0

@@ -133,6 +133,7 @@ func (s *Sampler) Stop() {
 // and whether it settled before the timeout.
 type Settled struct {
 	Sample
+	First     Sample // the first sample: the service as the load left it
 	IdleAfter int
 	Took      int
 	OK        bool
@@ -156,6 +157,9 @@ func SettleHeap(ctx context.Context, metricsURL, path string, timeout time.Durat
 	for {
 		if s, err := TakeSample(ctx, metricsURL); err == nil {
 			fmt.Fprintln(f, s.Line())
+			if out.First.UnixMs == 0 {
+				out.First = s
+			}
 			out.Sample = s
 			switch {
 			case gc0 < 0 && s.OutboxBacklog == 0:

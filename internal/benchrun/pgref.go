@@ -128,14 +128,7 @@ func (p *Reference) Get(tag string) RefRun {
 
 // Match is every run whose tag matches ^pattern$.
 func (p *Reference) Match(pattern string) []RefRun {
-	re := regexp.MustCompile("^(?:" + pattern + ")$")
-	var out []RefRun
-	for _, r := range p.Runs {
-		if re.MatchString(r.Tag) {
-			out = append(out, r)
-		}
-	}
-	return out
+	return matching(p.Runs, pattern, func(r RefRun) string { return r.Tag })
 }
 
 // WriteFile writes every run as "TAG CLIENTS tps avg p50 p99", one a line.

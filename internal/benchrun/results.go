@@ -127,11 +127,16 @@ func (rs *Results) Has(name string) bool { return rs.Get(name).fields != nil }
 
 // Match is every run whose name matches ^pattern$, in the order they ran.
 func (rs *Results) Match(pattern string) []Run {
+	return matching(rs.runs, pattern, func(r Run) string { return r.Name })
+}
+
+// matching is the items whose name matches ^pattern$, in order.
+func matching[T any](items []T, pattern string, name func(T) string) []T {
 	re := regexp.MustCompile("^(?:" + pattern + ")$")
-	var out []Run
-	for _, r := range rs.runs {
-		if re.MatchString(r.Name) {
-			out = append(out, r)
+	var out []T
+	for _, item := range items {
+		if re.MatchString(name(item)) {
+			out = append(out, item)
 		}
 	}
 	return out

@@ -4,7 +4,7 @@
 //
 //	go run . -in ../../bin/bench-curve.tsv -throughput ../../docs/bench-throughput.png -p99 ../../docs/bench-p99.png
 //
-// The input is what scripts/bench.sh writes: one measurement per line, fields
+// The input is what `make bench` (cmd/benchrun) writes: one measurement per line, fields
 // separated by tabs or spaces,
 //
 //	series  clients  charges_per_s  p99_ms
