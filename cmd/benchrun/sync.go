@@ -68,6 +68,16 @@ func runSync(ctx context.Context, logger *log.Logger) error {
 		return err
 	}
 	defer s.cleanup(ctx)
+	err = s.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Returned after the deferred cleanup has run.
+		return fmt.Errorf("interrupted (%w); cleaned up", err)
+	}
+	return err
+}
+
+// run sets up, measures and writes the section.
+func (s *syncRun) run(ctx context.Context) error {
 	if err := s.setUpCluster(ctx); err != nil {
 		return err
 	}
