@@ -60,8 +60,9 @@ batch-cost: ## What a charge batch costs apart from its charges: CPU per batch a
 # it (sync standby; then synchronous_commit=local) with the single server on
 # :5432, in interleaved rounds, each paired with pg-reference. About 20 minutes
 # with the defaults; it rewrites only its own section of docs/benchmarks.md.
-# The knobs (BENCH_SECONDS, BENCH_SYNC_ROUNDS, BENCH_SYNC_CLIENTS) are at the
-# top of scripts/bench-sync.sh.
+# The work is cmd/benchrun's (`benchrun sync`), which scripts/bench-sync.sh
+# builds and runs; the knobs (BENCH_SECONDS, BENCH_SYNC_ROUNDS,
+# BENCH_SYNC_CLIENTS) are listed in cmd/benchrun/sync.go.
 .PHONY: bench-sync
 bench-sync: ## Fresh charges with a synchronous standby vs a single server, against pg-reference; writes its section of docs/benchmarks.md
 	GO=$(GO) ./scripts/bench-sync.sh
