@@ -134,7 +134,7 @@ mutants: ## Mutation-test the core packages with gremlins (slow, hours); results
 # (about two minutes), then comes from the build cache.
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
-lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI spec (redocly), the alerting rules (promtool) and script sizes
+lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI spec (redocly), the alerting rules (promtool), script sizes and the package map
 	@unformatted=$$(gofmt -l .) || exit 1; \
 	if [ -n "$$unformatted" ]; then \
 		echo 'gofmt: these files need formatting (gofmt -w):'; echo "$$unformatted"; exit 1; \
@@ -144,6 +144,7 @@ lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI s
 	bash scripts/lint-openapi.sh
 	bash scripts/lint-alerts.sh
 	bash scripts/lint-sizes.sh
+	GO=$(GO) bash scripts/lint-architecture.sh
 
 .PHONY: charge-walk
 charge-walk: ## Count the functions of the module one fresh charge runs (cmd/chargewalk, built with coverage); docs/architecture.md quotes it
