@@ -1,16 +1,22 @@
-// Command benchrun orchestrates the benchmarks that write docs/benchmarks.md:
+// Command benchrun orchestrates the service's benchmarks:
 //
-//	benchrun bench   make bench: issue 5's targets, group commit against its
-//	                 baseline (issue 12), CPU per charge by part (issue 24)
-//	benchrun sync    make bench-sync: the cost of synchronous replication
-//	                 (issue 15), its own section of the report
+//	benchrun bench       make bench: issue 5's targets, group commit against
+//	                     its baseline (issue 12), CPU per charge by part (issue
+//	                     24); writes docs/benchmarks.md
+//	benchrun sync        make bench-sync: the cost of synchronous replication
+//	                     (issue 15), its own section of the report
+//	benchrun pair        make bench-pair: two builds of the service paired, the
+//	                     relay on and off, CPU per charge by part (issue 24)
+//	benchrun batch-cost  make batch-cost: what a charge batch costs apart from
+//	                     its charges (issue 24)
 //
-// It runs from the repository's root (scripts/bench.sh and bench-sync.sh
-// build it and run it there), starts the service, NATS, the load generator
-// (bin/paymentsbench) and pg-reference as child processes on scratch
-// databases, and stops and drops all of them when it ends, interrupted or
-// not. Its settings are environment variables, listed by each subcommand's
-// file (bench.go, sync.go).
+// It runs from the repository's root (scripts/bench.sh, bench-sync.sh,
+// bench-pair.sh and batch-cost.sh build it and run it there), starts the
+// service, NATS, the load generator (bin/paymentsbench) and pg-reference as
+// child processes on scratch databases, and stops and drops all of them
+// when it ends, interrupted or not. Its settings are environment variables,
+// listed by each subcommand's file (bench.go, sync.go, pair.go,
+// batchcost.go).
 package main
 
 import (
@@ -24,14 +30,17 @@ import (
 
 func main() {
 	commands := map[string]func(context.Context, *log.Logger) error{
-		"bench": runBench,
-		"sync":  runSync,
+		"bench":      runBench,
+		"sync":       runSync,
+		"pair":       runPair,
+		"batch-cost": runBatchCost,
 	}
 	if len(os.Args) != 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: benchrun bench|sync (make bench, make bench-sync)")
+		fmt.Fprintln(os.Stderr, "usage: benchrun bench|sync|pair|batch-cost (make bench, bench-sync, bench-pair, batch-cost)")
 		os.Exit(2)
 	}
-	prefix := map[string]string{"bench": "bench: ", "sync": "bench-sync: "}[os.Args[1]]
+	prefix := map[string]string{"bench": "bench: ", "sync": "bench-sync: ", "pair": "bench-pair: ",
+		"batch-cost": "batch-cost: "}[os.Args[1]]
 	logger := log.New(os.Stderr, prefix, 0)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := commands[os.Args[1]](ctx, logger)

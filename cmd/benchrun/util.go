@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"iter"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -37,4 +40,19 @@ func clockTicks() int {
 		return 100
 	}
 	return n
+}
+
+// paymentsbench runs bin/paymentsbench with args as the merchant with
+// apiKey, given in its environment (never on a command line, where ps
+// would show it), its messages to stderr; it returns what it printed on
+// stdout, with an error when it failed.
+func paymentsbench(ctx context.Context, apiKey string, stderr io.Writer, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "bin/paymentsbench", args...)
+	cmd.Env = append(os.Environ(), "PAYMENTS_API_KEY="+apiKey)
+	cmd.Stderr = stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("bin/paymentsbench: %w", err)
+	}
+	return out, nil
 }
