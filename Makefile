@@ -46,7 +46,10 @@ bench: ## Load-test scratch services (before/after group commit) against pg-refe
 # git rev, default HEAD~1; PAIR_B default the working tree), fresh charges with
 # the relay on and off, alternating, pg-reference each round, and the CPU per
 # charge of the machine, the service, PostgreSQL, nats-server and the load
-# generator (paymentsbench -cpu). About 4 minutes; prints a table.
+# generator (paymentsbench -cpu). About 4 minutes; prints a table. make
+# batch-cost: CPU per batch and per charge at each client count. Both are
+# cmd/benchrun's (`benchrun pair`, `benchrun batch-cost`), which their scripts
+# build and run; the knobs are listed in cmd/benchrun/pair.go and batchcost.go.
 .PHONY: bench-pair
 bench-pair: ## Paired fresh-charge bench of two builds (PAIR_A, PAIR_B), relay on and off, CPU per charge by part
 	GO=$(GO) ./scripts/bench-pair.sh

@@ -1,9 +1,10 @@
 // Package benchrun holds what the benchmark commands share (cmd/benchrun's
-// `make bench` and `make bench-sync`): the service and NATS as child
-// processes, scratch databases, the load generator's runs and their JSON
-// results, pg-reference, the service's metrics, keys held or seeded the way
-// another replica or a long-lived deployment would leave them, and the
-// arithmetic of the report. It measures; it asserts nothing.
+// `make bench`, `bench-sync`, `bench-pair` and `batch-cost`): builds of a
+// git revision, the service and NATS as child processes, scratch databases,
+// the load generator's runs and their JSON results, pg-reference, the
+// service's metrics, keys held or seeded the way another replica or a
+// long-lived deployment would leave them, and the arithmetic of the report.
+// It measures; it asserts nothing.
 package benchrun
 
 import (
