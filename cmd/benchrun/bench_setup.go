@@ -178,13 +178,8 @@ func (b *bench) buildBaseline(ctx context.Context) {
 	subject, _ := exec.CommandContext(ctx, "git", "log", "-1", "--format=%s", b.baseline.commit).Output()
 	b.baseline.subject = strings.TrimSpace(string(subject))
 	b.say("building the baseline %s (%.12s) into bin/payments-baseline", ref, b.baseline.commit)
-	dir := filepath.Join(b.tmp, "baseline")
-	wd, _ := os.Getwd()
-	script := fmt.Sprintf(`mkdir %q && git archive %s | tar -x -C %q && cd %q && %q build -buildvcs=false -o %q ./cmd/payments`,
-		dir, b.baseline.commit, dir, dir, b.s.goBin, filepath.Join(wd, "bin/payments-baseline"))
-	out, err := exec.CommandContext(ctx, "sh", "-c", script).CombinedOutput()
+	out, err := benchrun.BuildAt(ctx, b.s.goBin, b.baseline.commit, "./cmd/payments", "bin/payments-baseline")
 	_ = os.WriteFile("bin/bench-baseline-build.log", out, 0o644)
-	_ = os.RemoveAll(dir)
 	if err != nil {
 		b.baseline.note = fmt.Sprintf("building %s failed: %s", ref, firstLines(string(out), 3))
 		return
