@@ -80,12 +80,13 @@ func readCostSettings() (costSettings, error) {
 	errs = append(errs, err)
 	s.accounts, err = benchrun.PositiveInt("COST_ACCOUNTS", 1000, 1)
 	errs = append(errs, err)
-	relays, err := relayList("COST_RELAY", benchrun.Getenv("COST_RELAY", "off"))
-	errs = append(errs, err)
-	if err == nil && len(relays) != 1 {
-		errs = append(errs, errors.New(`COST_RELAY must be "on" or "off"`))
+	switch v := benchrun.Getenv("COST_RELAY", "off"); v {
+	case "on":
+		s.relay = true
+	case "off":
+	default:
+		errs = append(errs, fmt.Errorf(`COST_RELAY must be "on" or "off", got %q`, v))
 	}
-	s.relay = err == nil && relays[0] == "on"
 	return s, errors.Join(errs...)
 }
 
@@ -190,8 +191,12 @@ func costRow(clients int, r pairResult, batches float64, tck int) string {
 
 // cleanup stops the service and drops the database of the client count
 // under way; it runs on every exit, an interrupted one too, so it does
-// not use ctx's cancellation.
+// not use ctx's cancellation. An interrupted run's service log goes too;
+// a failed run's stays, for its error names it.
 func (c *batchCost) cleanup(ctx context.Context) {
+	if ctx.Err() != nil && c.logPath != "" {
+		defer os.Remove(c.logPath)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	c.svc.Stop()

@@ -102,15 +102,16 @@ func (p *pair) measure(ctx context.Context, side pairSide, relay string, round i
 			}
 		}
 	}
+	if runErr != nil {
+		// cleanup stops the service and drops the database.
+		return fmt.Errorf("%s relay %s round %d: %w", side.name, relay, round, runErr)
+	}
 	p.svc.Stop()
 	p.svc = nil
 	if err := benchrun.DropDB(ctx, p.admin, p.db); err != nil {
 		return err
 	}
 	p.db = ""
-	if runErr != nil {
-		return fmt.Errorf("%s relay %s round %d: %w", side.name, relay, round, runErr)
-	}
 	results, err := parsePairResults(last)
 	if err != nil {
 		return fmt.Errorf("%s relay %s round %d: %w", side.name, relay, round, err)

@@ -218,3 +218,24 @@ func TestReadPairSettings(t *testing.T) {
 		})
 	}
 }
+
+func TestReadCostSettings(t *testing.T) {
+	for k, v := range map[string]string{"COST_CLIENTS": "2 8", "COST_SECONDS": "", "COST_ACCOUNTS": "5", "COST_RELAY": "on"} {
+		t.Setenv(k, v)
+	}
+	s, err := readCostSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.clients, []int{2, 8}) || s.seconds != 10 || s.accounts != 5 || !s.relay {
+		t.Errorf("settings %+v", s)
+	}
+	for k, v := range map[string]string{"COST_RELAY": "yes", "COST_CLIENTS": "0", "COST_SECONDS": "1s"} {
+		t.Run(k, func(t *testing.T) {
+			t.Setenv(k, v)
+			if _, err := readCostSettings(); err == nil || !strings.Contains(err.Error(), k) {
+				t.Errorf("%s=%q: %v, want an error naming it", k, v, err)
+			}
+		})
+	}
+}
