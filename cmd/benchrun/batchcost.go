@@ -8,7 +8,6 @@ import (
 	"log"
 	"os"
 	"strconv"
-	"time"
 
 	"payments/internal/benchrun"
 )
@@ -97,8 +96,7 @@ type batchCost struct {
 	log     *log.Logger
 	tck     int
 	logPath string // the service's log, one at a time
-	svc     *benchrun.Service
-	db      string // the database of the client count under way
+	scratch        // the client count under way
 }
 
 // run prints the table's head, then measures each client count and prints
@@ -197,14 +195,5 @@ func (c *batchCost) cleanup(ctx context.Context) {
 	if ctx.Err() != nil && c.logPath != "" {
 		defer os.Remove(c.logPath)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	c.svc.Stop()
-	c.svc = nil
-	if c.db != "" {
-		if err := benchrun.DropDB(ctx, c.admin, c.db); err != nil {
-			c.log.Printf("could not drop %s: %v", c.db, err)
-		}
-		c.db = ""
-	}
+	c.end(ctx, c.admin, c.log)
 }

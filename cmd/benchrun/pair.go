@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"time"
 
 	"payments/internal/benchrun"
 )
@@ -181,13 +180,12 @@ func buildPair(ctx context.Context, goBin string, sides [2]pairSide, log io.Writ
 // pair is one run's state: what it started, so that cleanup stops it.
 type pair struct {
 	pairSettings
-	stdout io.Writer
-	stderr io.Writer // each measurement's line, and paymentsbench's and pg-reference's messages
-	log    *log.Logger
-	shared string
-	tck    int
-	svc    *benchrun.Service
-	db     string // the measurement's database while it exists
+	stdout  io.Writer
+	stderr  io.Writer // each measurement's line, and paymentsbench's and pg-reference's messages
+	log     *log.Logger
+	shared  string
+	tck     int
+	scratch // the measurement under way
 }
 
 // newPair checks the tools, makes the directory of the results and says
@@ -220,15 +218,4 @@ func newPair(s pairSettings, stdout, stderr io.Writer) (*pair, error) {
 
 // cleanup stops the service and drops the database of a measurement that
 // did not finish; it does not use ctx's cancellation.
-func (p *pair) cleanup(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	p.svc.Stop()
-	p.svc = nil
-	if p.db != "" {
-		if err := benchrun.DropDB(ctx, p.admin, p.db); err != nil {
-			p.log.Printf("could not drop %s: %v", p.db, err)
-		}
-		p.db = ""
-	}
-}
+func (p *pair) cleanup(ctx context.Context) { p.end(ctx, p.admin, p.log) }
