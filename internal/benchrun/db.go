@@ -10,32 +10,34 @@ import (
 // Exec runs each statement on database url, in its own implicit transaction
 // (CREATE DATABASE, VACUUM and CHECKPOINT refuse to run in one).
 func Exec(ctx context.Context, url string, statements ...string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for _, s := range statements {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			return fmt.Errorf("%.60s: %w", s, err)
+	return withConn(ctx, url, func(conn *pgx.Conn) error {
+		for _, s := range statements {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				return fmt.Errorf("%.60s: %w", s, err)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Value is the one text value query returns on database url (SHOW, or a
 // SELECT that casts to text).
 func Value(ctx context.Context, url, query string, args ...any) (string, error) {
+	var v string
+	err := withConn(ctx, url, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, query, args...).Scan(&v)
+	})
+	return v, err
+}
+
+// withConn runs fn on a connection of its own to database url.
+func withConn(ctx context.Context, url string, fn func(*pgx.Conn) error) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var v string
-	if err := conn.QueryRow(ctx, query, args...).Scan(&v); err != nil {
-		return "", err
-	}
-	return v, nil
+	return fn(conn)
 }
 
 // CreateDB creates database name on admin's server as every benchmark

@@ -52,17 +52,21 @@ func (h *HeldKey) Release(ctx context.Context) {
 // tag makes the keys of different calls distinct; createdAt is an SQL
 // expression in i (the series number).
 func SeedKeys(ctx context.Context, database, merchant, tag string, from, to int, createdAt string) error {
-	return Exec(ctx, database, fmt.Sprintf(`
+	return withConn(ctx, database, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `
 INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, created_at)
-SELECT %s::uuid, k, sha256(convert_to(k, 'UTF8')), 201, '/v1/charges/ch_' || h,
+SELECT $1::uuid, k, sha256(convert_to(k, 'UTF8')), 201, '/v1/charges/ch_' || h,
        convert_to('{"id":"ch_' || h || '","object":"charge","account_id":"acct_' || md5(k || 'a')
            || '","amount":100,"currency":"USD","status":"succeeded","failure_code":null,'
            || '"amount_refunded":0,"description":null,"metadata":{},"created_at":"'
            || to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}', 'UTF8'),
        t
-FROM generate_series(%d, %d) i,
-     LATERAL (SELECT md5(%s || i)::uuid::text AS k, md5(%s || i) AS h, %s AS t) s`,
-		quote(merchant), from, to, quote("seed-"+tag+"-"), quote("ch-"+tag+"-"), createdAt))
+FROM generate_series($2::int, $3::int) i,
+     LATERAL (SELECT md5('seed-' || $4::text || '-' || i)::uuid::text AS k,
+                     md5('ch-' || $4::text || '-' || i) AS h, `+createdAt+` AS t) s`,
+			merchant, from, to, tag)
+		return err
+	})
 }
 
 // AfterSeeding does what a deployed database would have done by itself
@@ -70,20 +74,4 @@ FROM generate_series(%d, %d) i,
 // measured window instead.
 func AfterSeeding(ctx context.Context, database string) error {
 	return Exec(ctx, database, "VACUUM (ANALYZE) idempotency_keys", "CHECKPOINT")
-}
-
-// quote is s as an SQL string literal.
-func quote(s string) string {
-	return "'" + pgxEscape(s) + "'"
-}
-
-func pgxEscape(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := range len(s) {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }
