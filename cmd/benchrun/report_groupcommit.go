@@ -46,8 +46,9 @@ func (b *bench) side(name string) sideView {
 	if v.HeldP99 != "" {
 		v.HeldRatio = benchrun.Ratio(v.HeldP99, v.OneP99, 2)
 	}
-	if ticks, charges := benchrun.Sum(benchrun.Floats(fresh, "service_cpu_ticks")), benchrun.Sum(benchrun.Floats(fresh, "charges")); charges > 0 && len(benchrun.Floats(fresh, "service_cpu_ticks")) > 0 {
-		v.CPU = benchrun.Fixed(ticks*1000/float64(b.gc.clkTck)/charges, 3)
+	ticks, charges := benchrun.Floats(fresh, "service_cpu_ticks"), benchrun.Sum(benchrun.Floats(fresh, "charges"))
+	if len(ticks) > 0 && charges > 0 {
+		v.CPU = benchrun.Fixed(benchrun.Sum(ticks)*1000/float64(b.gc.clkTck)/charges, 3)
 	}
 	answers := map[string]int64{}
 	for _, r := range rs.Match(fmt.Sprintf("i12-%s-held-r[0-9]+", name)) {

@@ -69,7 +69,7 @@ func (p *Reference) Run(ctx context.Context, tag string, clients int, admin stri
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return RefRun{}, fmt.Errorf("pg-reference -c %d failed: %s", clients, lastLines(string(out), 3))
+		return RefRun{}, fmt.Errorf("pg-reference -c %d failed: %s", clients, strings.Join(lastLines(string(out), 3), " "))
 	}
 	r := RefRun{Tag: tag, Clients: clients, Avg: "?"}
 	if m := referenceTPS.FindStringSubmatch(string(out)); m != nil {
@@ -140,10 +140,8 @@ func (p *Reference) WriteFile(path string) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-func lastLines(s string, n int) string {
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) []string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " ")
+	return lines[max(len(lines)-n, 0):]
 }
