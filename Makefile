@@ -143,7 +143,9 @@ lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI s
 		echo 'gofmt: these files need formatting (gofmt -w):'; echo "$$unformatted"; exit 1; \
 	fi
 	$(GO) vet ./...
+	cd client && $(GO) vet ./...
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
+	cd client && $(GOLANGCI_LINT) run --allow-parallel-runners ./...
 	bash scripts/lint-openapi.sh
 	bash scripts/lint-alerts.sh
 	bash scripts/lint-sizes.sh
@@ -151,7 +153,7 @@ lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI s
 
 .PHONY: charge-walk
 charge-walk: ## Count the functions of the module one fresh charge runs (cmd/chargewalk, built with coverage); docs/architecture.md quotes it
-	$(GO) build -cover -covermode=atomic -coverpkg=payments/... -o bin/chargewalk ./cmd/chargewalk
+	$(GO) build -cover -covermode=atomic -coverpkg=github.com/exactlyonce/payments/... -o bin/chargewalk ./cmd/chargewalk
 	@d=$$(mktemp -d); GOCOVERDIR=$$d bin/chargewalk $${PAYMENTS_TEST_DATABASE_URL:+-database-url "$$PAYMENTS_TEST_DATABASE_URL"}; s=$$?; rm -rf "$$d"; exit $$s
 
 # client/types.gen.go holds the request and response types of openapi.yaml,
@@ -159,7 +161,7 @@ charge-walk: ## Count the functions of the module one fresh charge runs (cmd/cha
 # scripts/check-generate.sh, run by CI, fails when the checked-in file is stale.
 .PHONY: generate
 generate: ## Regenerate client/types.gen.go from openapi.yaml (oapi-codegen)
-	$(GO) generate ./client/
+	cd client && $(GO) generate ./...
 
 # Needs no Docker engine. Without the Compose plugin the compose check is
 # skipped with a warning (under CI=true it fails); scripts/install-compose.sh

@@ -96,10 +96,27 @@
 // the nullable enum of Charge.failure_code adds a constant
 // ChargeFailureCodeLessThannil ("<nil>") that the service never sends (a null
 // is a nil *ChargeFailureCode); the allOf of InsufficientFundsProblem types
-// its const code and status as interface{} (use *Problem instead); Event.Data,
-// a oneOf with a discriminator, is a union read with AsCharge, AsRefund, ...
-// after ValueByDiscriminator or Discriminator. The generated problem body is
-// named ProblemBody by overlay.yaml, so that Problem is the error type.
+// its const code and status as interface{} (use *Problem instead). The
+// generated problem body is named ProblemBody by overlay.yaml, so that
+// Problem is the error type. Event.Data, a oneOf with a discriminator, is
+// EventData (event.go, hand-written, named by overlay.yaml): the union
+// oapi-codegen writes for it would need github.com/oapi-codegen/runtime, whose
+// go line is 1.26, for constructors a client never calls.
+//
+// # The module
+//
+// The client is its own module, github.com/exactlyonce/payments/client, so
+// that a program importing it gets none of the server's dependencies: it
+// requires github.com/google/uuid and the standard library only. Its go line,
+// 1.23, is the oldest Go that builds it (iter.Seq2 came in 1.23; built and
+// tested with go1.23.0 and go1.26; go1.22 does not build it). The tests that
+// need the service are in the server's module (internal/clienttest).
+//
+// Layout: client.go (the methods and the retry loop), retry.go (backoff and
+// what is retryable), errors.go (Problem), event.go (EventData),
+// types.gen.go (generated). Webhooks, when the service signs them, will be
+// verified here too, in webhook.go, with the standard library's crypto/hmac:
+// a receiver of webhooks then needs nothing but this module.
 package client
 
 //go:generate go run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2 -config oapi-codegen.yaml -o types.gen.go ../openapi.yaml

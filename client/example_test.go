@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"payments/client"
+	"github.com/exactlyonce/payments/client"
 )
 
 // The examples need a running service (make run) and an API key; they are

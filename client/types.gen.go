@@ -4,11 +4,7 @@
 package client
 
 import (
-	"encoding/json"
-	"errors"
 	"time"
-
-	"github.com/oapi-codegen/runtime"
 )
 
 // Defines values for AccountObject.
@@ -356,7 +352,7 @@ type Event struct {
 	CreatedAt Timestamp `json:"created_at"`
 
 	// Data The object the event describes; its `object` field tells which kind.
-	Data Event_Data `json:"data"`
+	Data EventData `json:"data"`
 
 	// Id An event id, `evt_` and 32 lowercase hexadecimal digits.
 	//
@@ -366,11 +362,6 @@ type Event struct {
 
 	// Type What happened; `data` is the object of the matching kind.
 	Type EventType `json:"type"`
-}
-
-// Event_Data The object the event describes; its `object` field tells which kind.
-type Event_Data struct {
-	union json.RawMessage
 }
 
 // EventObject defines model for Event.Object.
@@ -796,176 +787,3 @@ type CreateChargeJSONRequestBody = NewCharge
 
 // CreateRefundJSONRequestBody defines body for CreateRefund for application/json ContentType.
 type CreateRefundJSONRequestBody = NewRefund
-
-// AsAccount returns the union data inside the Event_Data as a Account
-func (t Event_Data) AsAccount() (Account, error) {
-	var body Account
-	err := json.Unmarshal(t.union, &body)
-	return body, err
-}
-
-// FromAccount overwrites any union data inside the Event_Data as the provided Account
-func (t *Event_Data) FromAccount(v Account) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b, err = runtime.JSONMerge(b, []byte(`{"object":"account"}`))
-	t.union = b
-	return err
-}
-
-// MergeAccount performs a merge with any union data inside the Event_Data, using the provided Account
-func (t *Event_Data) MergeAccount(v Account) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b, err = runtime.JSONMerge(b, []byte(`{"object":"account"}`))
-	if err != nil {
-		return err
-	}
-
-	merged, err := runtime.JSONMerge(t.union, b)
-	t.union = merged
-	return err
-}
-
-// AsDeposit returns the union data inside the Event_Data as a Deposit
-func (t Event_Data) AsDeposit() (Deposit, error) {
-	var body Deposit
-	err := json.Unmarshal(t.union, &body)
-	return body, err
-}
-
-// FromDeposit overwrites any union data inside the Event_Data as the provided Deposit
-func (t *Event_Data) FromDeposit(v Deposit) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b, err = runtime.JSONMerge(b, []byte(`{"object":"deposit"}`))
-	t.union = b
-	return err
-}
-
-// MergeDeposit performs a merge with any union data inside the Event_Data, using the provided Deposit
-func (t *Event_Data) MergeDeposit(v Deposit) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b, err = runtime.JSONMerge(b, []byte(`{"object":"deposit"}`))
-	if err != nil {
-		return err
-	}
-
-	merged, err := runtime.JSONMerge(t.union, b)
-	t.union = merged
-	return err
-}
-
-// AsCharge returns the union data inside the Event_Data as a Charge
-func (t Event_Data) AsCharge() (Charge, error) {
-	var body Charge
-	err := json.Unmarshal(t.union, &body)
-	return body, err
-}
-
-// FromCharge overwrites any union data inside the Event_Data as the provided Charge
-func (t *Event_Data) FromCharge(v Charge) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b, err = runtime.JSONMerge(b, []byte(`{"object":"charge"}`))
-	t.union = b
-	return err
-}
-
-// MergeCharge performs a merge with any union data inside the Event_Data, using the provided Charge
-func (t *Event_Data) MergeCharge(v Charge) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b, err = runtime.JSONMerge(b, []byte(`{"object":"charge"}`))
-	if err != nil {
-		return err
-	}
-
-	merged, err := runtime.JSONMerge(t.union, b)
-	t.union = merged
-	return err
-}
-
-// AsRefund returns the union data inside the Event_Data as a Refund
-func (t Event_Data) AsRefund() (Refund, error) {
-	var body Refund
-	err := json.Unmarshal(t.union, &body)
-	return body, err
-}
-
-// FromRefund overwrites any union data inside the Event_Data as the provided Refund
-func (t *Event_Data) FromRefund(v Refund) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b, err = runtime.JSONMerge(b, []byte(`{"object":"refund"}`))
-	t.union = b
-	return err
-}
-
-// MergeRefund performs a merge with any union data inside the Event_Data, using the provided Refund
-func (t *Event_Data) MergeRefund(v Refund) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b, err = runtime.JSONMerge(b, []byte(`{"object":"refund"}`))
-	if err != nil {
-		return err
-	}
-
-	merged, err := runtime.JSONMerge(t.union, b)
-	t.union = merged
-	return err
-}
-
-func (t Event_Data) Discriminator() (string, error) {
-	var discriminator struct {
-		Discriminator string `json:"object"`
-	}
-	err := json.Unmarshal(t.union, &discriminator)
-	return discriminator.Discriminator, err
-}
-
-func (t Event_Data) ValueByDiscriminator() (interface{}, error) {
-	discriminator, err := t.Discriminator()
-	if err != nil {
-		return nil, err
-	}
-	switch discriminator {
-	case "account":
-		return t.AsAccount()
-	case "charge":
-		return t.AsCharge()
-	case "deposit":
-		return t.AsDeposit()
-	case "refund":
-		return t.AsRefund()
-	default:
-		return nil, errors.New("unknown discriminator value: " + discriminator)
-	}
-}
-
-func (t Event_Data) MarshalJSON() ([]byte, error) {
-	b, err := t.union.MarshalJSON()
-	return b, err
-}
-
-func (t *Event_Data) UnmarshalJSON(b []byte) error {
-	err := t.union.UnmarshalJSON(b)
-	return err
-}

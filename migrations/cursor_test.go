@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/migrations"
+	"github.com/exactlyonce/payments/migrations"
 )
 
 // TestCursorStartsBeforeTheFirstUnpublishedEvent migrates a database whose

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"payments/internal/pgtest"
-	"payments/migrations"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/migrations"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

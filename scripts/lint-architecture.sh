@@ -8,12 +8,14 @@ GO=${GO:-go}
 doc=docs/architecture.md
 
 # The mermaid block: node lines `id["path<br/>what it is"]` and arrow lines
-# `from --> to & to2`; "payments (openapi.go)" is the module's root package.
-drawn=$(sed -n '/^```mermaid$/,/^```$/p' "$doc" | awk '
+# `from --> to & to2`; "payments (openapi.go)" is the module's root package,
+# the rest are paths below it.
+mod=$("$GO" list -m)
+drawn=$(sed -n '/^```mermaid$/,/^```$/p' "$doc" | awk -v mod="$mod" '
 	match($0, /^ *[a-z]+\["[^"<]+/) {
 		split(substr($0, RSTART, RLENGTH), p, /\["/)
 		gsub(/ /, "", p[1]); path = p[2]; sub(/ \(.*/, "", path)
-		if (path != "payments") path = "payments/" path
+		if (path != "payments") path = mod "/" path; else path = mod
 		node[p[1]] = path
 	}
 	/-->/ {

@@ -21,6 +21,11 @@ others=$($GO list ./... | grep -v '/internal/chaos$')
 # shellcheck disable=SC2086 # one package path per word
 $GO test -race -count=1 -v "$@" $others 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The Go client is its own module (client/go.mod); its tests that need the
+# service live in internal/clienttest, in the list above.
+(cd client && $GO test -race -count=1 -v "$@" ./...) 2>&1 | tee -a "$log"
+clientmod=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] && status=$clientmod
 $GO test -race -count=1 -v "$@" ./internal/chaos/ 2>&1 | tee -a "$log"
 chaos=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && status=$chaos

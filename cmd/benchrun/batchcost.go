@@ -9,7 +9,7 @@ import (
 	"os"
 	"strconv"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // runBatchCost is make batch-cost (issue 24): what a charge batch costs,

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // benchSettings are make bench's knobs, from the environment:

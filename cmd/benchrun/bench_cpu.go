@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // cpuFigures: CPU per charge by part, the relay on and off (issue 24), as

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // goBenchFigures: the Go benchmarks' targets, each a verdict and a figure.

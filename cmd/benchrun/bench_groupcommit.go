@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // groupCommitFigures: issue 12's paired runs and the throughput curve.

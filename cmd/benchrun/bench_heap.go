@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // The heap's bound: an idle service holds ~5 MiB; the replay cache at most

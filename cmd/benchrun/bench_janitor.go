@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // janitorFigures: fresh p99 while the janitor deletes BENCH_JANITOR_KEYS

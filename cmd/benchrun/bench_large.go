@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // largeFigures: fresh p50 with BENCH_LARGE_KEYS keys in the table against

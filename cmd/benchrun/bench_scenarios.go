@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // scenarioFigures: issue 5's scenarios and the database's ceiling beside them.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // bench is one make bench run: its settings, what setup made, and what

@@ -10,7 +10,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // runPair is make bench-pair (issue 24's measurements of one change at a

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // run measures every round and prints the table.

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // pairResult is one measurement of benchrun pair: paymentsbench's JSON

@@ -11,7 +11,7 @@ import (
 	"text/template"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 //go:embed report.md.tmpl

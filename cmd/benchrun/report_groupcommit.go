@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // sideView: one side's figures of issue 12, each the mean over the rounds.

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // issue5View: the first part's figures and verdicts.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // fakeBench is a run whose steps all measured something, without running

@@ -5,7 +5,7 @@ import (
 	"log"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // scratch is one measurement's service and the database it runs on, as

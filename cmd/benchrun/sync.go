@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // runSync is make bench-sync: the cost of synchronous replication (issue

@@ -15,7 +15,7 @@ import (
 	"text/template"
 	"time"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // syncLabels name the configurations in the summary table.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // syncConfigs are the three configurations, in the report's order.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"payments/internal/benchrun"
+	"github.com/exactlyonce/payments/internal/benchrun"
 )
 
 // syncRunLine is a load-generator run for the fixtures.

@@ -2,7 +2,7 @@
 // charge runs, for docs/architecture.md ("What a fresh charge crosses").
 // `make charge-walk` builds it with coverage and runs it:
 //
-//	go build -cover -covermode=atomic -coverpkg=payments/... -o bin/chargewalk ./cmd/chargewalk
+//	go build -cover -covermode=atomic -coverpkg=github.com/exactlyonce/payments/... -o bin/chargewalk ./cmd/chargewalk
 //	bin/chargewalk -database-url postgres://postgres@127.0.0.1:5432/postgres
 //
 // It creates a scratch database, migrates it, and wires the service in
@@ -39,12 +39,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"payments"
-	"payments/internal/charging"
-	"payments/internal/httpapi"
-	"payments/internal/idempotency"
-	"payments/internal/postgres"
-	"payments/migrations"
+	"github.com/exactlyonce/payments"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/httpapi"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/migrations"
 )
 
 func main() {
@@ -102,7 +102,7 @@ func run(ctx context.Context, admin string, stdout io.Writer) error {
 	}
 
 	if err := coverage.ClearCounters(); err != nil {
-		return fmt.Errorf("%w (build with go build -cover -covermode=atomic -coverpkg=payments/...: make charge-walk)", err)
+		return fmt.Errorf("%w (build with go build -cover -covermode=atomic -coverpkg=github.com/exactlyonce/payments/...: make charge-walk)", err)
 	}
 	if _, err := c.post(ctx, "/v1/charges", charge); err != nil {
 		return err
@@ -136,11 +136,11 @@ func crossed(ctx context.Context, dir string, stdout io.Writer) error {
 	for line := range strings.Lines(string(raw)) {
 		// payments/internal/httpapi/handlers.go:123:	createCharge		100.0%
 		f := strings.Fields(line)
-		if len(f) != 3 || f[2] == "0.0%" || !strings.HasPrefix(f[0], "payments/") {
+		if len(f) != 3 || f[2] == "0.0%" || !strings.HasPrefix(f[0], "github.com/exactlyonce/payments/") {
 			continue
 		}
 		file, _, _ := strings.Cut(f[0], ":")
-		pkg := strings.TrimPrefix(filepath.Dir(file), "payments/")
+		pkg := strings.TrimPrefix(filepath.Dir(file), "github.com/exactlyonce/payments/")
 		if pkg == "cmd/chargewalk" {
 			continue // the walk's own client
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 const keyCommandsUsage = `usage:

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/pgtest"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestAPIKeyRotation walks the README's rotation with the real commands while

@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"payments/internal/consumer"
-	"payments/internal/metrics"
-	"payments/internal/postgres"
-	"payments/internal/relay"
+	"github.com/exactlyonce/payments/internal/consumer"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/relay"
 )
 
 // connectNATS connects to NATS, retrying in the background if it is down:

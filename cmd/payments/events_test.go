@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/internal/pgtest"
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // TestHeldEventsAreLogged: while a transaction of the service's database holds

@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"time"
 
-	"payments/internal/idempotency"
-	"payments/internal/metrics"
-	"payments/internal/relay"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/relay"
 )
 
 // serveMetrics serves h at /metrics on its own listener at addr

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/internal/pgtest"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestScrapesDoNoDatabaseWork: with 40 events waiting in the outbox, 100

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"payments/migrations"
+	"github.com/exactlyonce/payments/migrations"
 )
 
 // migrate applies, reverts or reports the schema. "up" first waits up to

@@ -6,10 +6,10 @@ import (
 	"io"
 	"log/slog"
 
-	"payments/internal/charging"
-	"payments/internal/idempotency"
-	"payments/internal/metrics"
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // logAbandoned logs what became of a charge whose client left before its

@@ -10,11 +10,11 @@ import (
 	"net/http"
 	"time"
 
-	"payments"
-	"payments/internal/httpapi"
-	"payments/internal/idempotency"
-	"payments/internal/metrics"
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments"
+	"github.com/exactlyonce/payments/internal/httpapi"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // maxHeaderBytes bounds a request's headers; net/http answers 431 past it.

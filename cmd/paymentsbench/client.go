@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	payments "payments/client"
+	payments "github.com/exactlyonce/payments/client"
 )
 
 // client speaks the payments API as one merchant.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // The event watch counts the charge events made during the run, each with

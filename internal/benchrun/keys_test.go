@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestAbandoningClients (issue 23): clients that give up on their charges at

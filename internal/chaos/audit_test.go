@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/klauspost/compress/zstd"
 
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // audit is what the database holds for one merchant, checked against the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
-	paymentsclient "payments/client"
+	paymentsclient "github.com/exactlyonce/payments/client"
 )
 
 // client is a merchant's HTTP client that retries like a careful integrator:

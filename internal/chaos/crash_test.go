@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestCrash charges through SIGKILLs: clients fire charges (with a few

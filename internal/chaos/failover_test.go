@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // The failover scenarios: clients charge through a Patroni cluster (one

@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	paymentsclient "payments/client"
-	"payments/internal/payment"
+	paymentsclient "github.com/exactlyonce/payments/client"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // hostileStrings look like SQL, format strings, markup or tricky Unicode. No

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"payments/internal/relay"
+	"github.com/exactlyonce/payments/internal/relay"
 )
 
 // streamMessageIDs reads the whole PAYMENTS stream and returns how many times

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestDatabaseOutage cuts the database off under load: the proxy between the

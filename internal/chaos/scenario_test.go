@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 // scenario is what every scenario stands on: a check that it leaks no

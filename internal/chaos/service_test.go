@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // paymentsBin is the payments binary the tests run, built once by TestMain before
@@ -32,7 +32,7 @@ func buildPayments(dir string) (string, error) {
 	path := filepath.Join(dir, "payments")
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "payments/cmd/payments")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "github.com/exactlyonce/payments/cmd/payments")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/payments: %w\n%s", err, out)
 	}

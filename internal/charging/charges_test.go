@@ -13,10 +13,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // model executes charges one at a time, the way the contract describes them.

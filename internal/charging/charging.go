@@ -12,10 +12,10 @@ import (
 	"fmt"
 	"time"
 
-	"payments/internal/charging/chargedb"
-	"payments/internal/groupcommit"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/groupcommit"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // The charge path. Every charge, whatever its outcome, goes through chargeTx,

@@ -6,9 +6,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/charging/chargedb"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // decideBatch answers a batch's members in order from what the first round

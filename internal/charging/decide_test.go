@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/charging/chargedb"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // The decision without a database: decideBatch answers a batch's members

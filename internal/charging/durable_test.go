@@ -7,9 +7,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 // warnAtCommitSQL makes every commit that inserted a charge or a deposit send

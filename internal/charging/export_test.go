@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"payments/internal/charging/chargedb"
-	"payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/idempotency"
 )
 
 // BatchAnswer is one member's answer to RunChargeBatch: its result, or that

@@ -12,12 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"payments/internal/charging"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
-	"payments/internal/postgres"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // Issue 23: a batch is as safe as a lone charge. Each test here failed on the

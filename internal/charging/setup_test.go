@@ -5,10 +5,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"payments/internal/charging"
-	"payments/internal/pgtest"
-	"payments/internal/postgres"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"payments/internal/charging/chargedb"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // What happens to a charge that cannot be decided with its batch, and to one

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // Name is the durable consumer's name on the stream and in the inbox.

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // Inbox is the consumer's own state in the service's database: the inbox of

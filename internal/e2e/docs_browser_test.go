@@ -22,10 +22,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"payments"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 const (

@@ -3,7 +3,7 @@ package e2e_test
 import (
 	"testing"
 
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

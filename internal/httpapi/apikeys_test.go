@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // TestUnknownAPIKeysAreCheap floods the API, 20 clients at once, with 202

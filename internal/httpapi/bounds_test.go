@@ -14,10 +14,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/httpapi"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/httpapi"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 // TestAmountBoundsAreInclusive: exactly 1 and exactly 99,999,999 are valid

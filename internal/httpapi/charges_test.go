@@ -14,9 +14,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 func TestChargeThenReplayIsByteForByte(t *testing.T) {

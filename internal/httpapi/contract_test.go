@@ -18,7 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
-	"payments"
+	"github.com/exactlyonce/payments"
 )
 
 // The contract test: every exchange of this package's integration tests goes

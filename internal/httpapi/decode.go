@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/idempotency"
 )
 
 // readPost checks everything about a POST that can be checked before its key is

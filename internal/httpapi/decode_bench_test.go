@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/idempotency"
 )
 
 // A charge request as clients send it.

@@ -10,8 +10,8 @@ import (
 	"reflect"
 	"testing"
 
-	"payments/internal/idempotency"
-	"payments/internal/testkit/respell"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/testkit/respell"
 )
 
 // requestShapes are the bodies the POST endpoints decode, each with its route.

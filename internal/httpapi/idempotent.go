@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"net/http"
 
-	"payments/internal/idempotency"
-	"payments/internal/metrics"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // execute runs step once for the request's key, in the transaction that

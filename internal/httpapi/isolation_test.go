@@ -15,8 +15,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/payment"
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 // Issue 23 over HTTP: a batch of charges is as safe as a lone charge. Each

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // listQuery is the parsed query of a list endpoint.

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"net/http"
 
-	"payments/internal/docs"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/docs"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // problemType is one kind of RFC 9457 problem this API answers with.

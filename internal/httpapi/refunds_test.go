@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/payment"
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 // charge makes a succeeded charge and returns its id.

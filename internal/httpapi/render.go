@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/idempotency"
 )
 
 // response is what a handler answers; for POSTs it is also what is stored under

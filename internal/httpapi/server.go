@@ -20,10 +20,10 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 
-	"payments/internal/docs"
-	"payments/internal/idempotency"
-	"payments/internal/metrics"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/docs"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // MaxBodyBytes is the largest request body accepted.

@@ -14,12 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/klauspost/compress/zstd"
 
-	"payments/internal/httpapi"
-	"payments/internal/idempotency"
-	"payments/internal/metrics"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/httpapi"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

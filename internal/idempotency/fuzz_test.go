@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"payments/internal/testkit/respell"
+	"github.com/exactlyonce/payments/internal/testkit/respell"
 )
 
 // FuzzCanonicalize: never panics; the canonical form is valid JSON, is its own

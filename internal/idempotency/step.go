@@ -3,7 +3,7 @@ package idempotency
 import (
 	"context"
 
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // The ports through which the HTTP layer hands work on, so that it needs no

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"payments/internal/groupcommit"
+	"github.com/exactlyonce/payments/internal/groupcommit"
 )
 
 // Metrics records what the API does. Its methods are safe for concurrent use.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/metrics"
 )
 
 func scrape(t *testing.T, m *metrics.Metrics) string {

@@ -27,7 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/migrations"
+	"github.com/exactlyonce/payments/migrations"
 )
 
 const (

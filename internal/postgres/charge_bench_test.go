@@ -9,12 +9,12 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/charging"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
-	"payments/internal/postgres"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // BenchmarkKeyClaimOverhead prices the idempotency key on the charge path:

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"payments/internal/charging/chargedb"
-	"payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/idempotency"
 )
 
 // ChargeDB is the charge path's SQL behind the port its use case declares

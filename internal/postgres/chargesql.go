@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"payments/internal/charging/chargedb"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // The SQL of the charge path (the use case is internal/charging; this side

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 )
 
 // A charge batch's second round trip: what the use case decided

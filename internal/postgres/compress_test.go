@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/payment"
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 func TestEncodeBody(t *testing.T) {

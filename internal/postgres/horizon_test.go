@@ -13,9 +13,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"payments/internal/payment"
-	"payments/internal/pgtest"
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // holder is a transaction held open on a connection of its own, with a

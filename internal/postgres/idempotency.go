@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/idempotency"
 )
 
 // maxAttempts bounds how often a transaction that hit a deadlock or a

@@ -16,10 +16,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/charging"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 // The janitor's defaults in cmd/payments: JANITOR_BATCH and the pause

@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/payment"
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 // TestAuthCache: a valid API key is answered from memory, without asking the

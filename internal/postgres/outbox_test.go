@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // TestOutboxLease: one process at a time holds the lease; a quiet wait is not

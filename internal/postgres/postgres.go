@@ -36,7 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/singleflight"
 
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // Options tune a Store. Zero values take the defaults.

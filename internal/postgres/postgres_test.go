@@ -16,12 +16,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"payments/internal/charging"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/pgtest"
-	"payments/internal/postgres"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

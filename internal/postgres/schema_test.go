@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
 // undistributed lists the tables of the migrated schema that would not be

@@ -14,9 +14,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"payments/internal/consumer"
-	"payments/internal/payment"
-	"payments/internal/relay"
+	"github.com/exactlyonce/payments/internal/consumer"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/relay"
 )
 
 // TestEveryEventPublishedOnceInOrder: each committed event reaches the stream

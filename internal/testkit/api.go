@@ -10,11 +10,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"payments/internal/charging"
-	"payments/internal/httpapi"
-	"payments/internal/idempotency"
-	"payments/internal/metrics"
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/httpapi"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // APIOptions shape StartAPI's service. Zero values take the defaults.

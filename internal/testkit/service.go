@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"payments/internal/charging"
-	"payments/internal/idempotency"
-	"payments/internal/payment"
-	"payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // Service is the service's backend as cmd/payments wires it: the store, and

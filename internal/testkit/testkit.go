@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // LogBuffer collects output written from several goroutines (a service's

@@ -16,8 +16,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/internal/idempotency"
-	"payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // Store is the database side of the charge path.

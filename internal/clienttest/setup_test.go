@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"bytes"
@@ -15,9 +15,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"payments/client"
-	"payments/internal/pgtest"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/client"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"bytes"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"payments/client"
-	"payments/internal/testkit"
+	"github.com/exactlyonce/payments/client"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // A charge whose answer is lost after the service committed it completes on

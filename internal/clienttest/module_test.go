@@ -1,0 +1,131 @@
+package clienttest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const clientModule = "github.com/exactlyonce/payments/client"
+
+// The oldest Go the client module says it builds with (client/go.mod); a
+// consumer module on that line must be able to keep it.
+const consumerGoLine = "go 1.23"
+
+// serverDeps are modules of the server that a program importing only the
+// client must not get.
+var serverDeps = []string{
+	"github.com/jackc/pgx", "github.com/nats-io", "github.com/testcontainers",
+	"github.com/go-chi/chi", "github.com/oapi-codegen/runtime", "github.com/prometheus",
+}
+
+// TestClientModuleStandsAlone is what a program outside the repository gets
+// from the client: the README's complete program, in a scratch module that
+// requires only the client module (through a replace, since nothing is
+// published), keeps its go line through go mod tidy, has none of the
+// server's dependencies in its module graph, builds, and charges the service
+// once though it sends the charge twice.
+func TestClientModuleStandsAlone(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	goMod := fmt.Sprintf("module example.com/shop\n\n%s\n\nrequire %s v0.0.0-00010101000000-000000000000\n\nreplace %s => %s\n",
+		consumerGoLine, clientModule, clientModule, filepath.Join(repo, "client"))
+	writeFile(t, filepath.Join(dir, "go.mod"), goMod)
+	writeFile(t, filepath.Join(dir, "main.go"), readmeProgram(t, filepath.Join(repo, "README.md")))
+
+	goCmd(t, dir, "mod", "tidy")
+	tidied, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^`+consumerGoLine+`$`).Match(tidied) || strings.Contains(string(tidied), "toolchain") {
+		t.Errorf("go mod tidy changed the consumer's go line (want %q, no toolchain line):\n%s", consumerGoLine, tidied)
+	}
+	graph := goCmd(t, dir, "list", "-m", "all")
+	for _, dep := range serverDeps {
+		if strings.Contains(graph, dep) {
+			t.Errorf("the consumer's module graph holds %s:\n%s", dep, graph)
+		}
+	}
+	goCmd(t, dir, "build", "-o", "shop", ".")
+
+	f := setup(t)
+	run := exec.Command(filepath.Join(dir, "shop"))
+	run.Env = append(os.Environ(), "PAYMENTS_URL="+f.url, "PAYMENTS_API_KEY="+f.apiKey)
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's program: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	m := regexp.MustCompile(`^charge (ch_[0-9a-f]{32}) succeeded replayed: (true|false)$`)
+	if len(lines) != 3 || !m.MatchString(lines[0]) || !m.MatchString(lines[1]) || lines[2] != "balance 7500" {
+		t.Fatalf("the README's program printed:\n%s", out)
+	}
+	first, again := m.FindStringSubmatch(lines[0]), m.FindStringSubmatch(lines[1])
+	if first[1] != again[1] || first[2] != "false" || again[2] != "true" {
+		t.Errorf("want one charge, answered then replayed; got:\n%s", out)
+	}
+	if n := f.chargeRows(); n != 1 {
+		t.Errorf("%d charge rows, want 1", n)
+	}
+	var balance int64
+	if err := f.db.QueryRow(context.Background(),
+		`SELECT a.balance FROM accounts a JOIN charges c ON c.account_id = a.id WHERE c.merchant_id = $1`, f.merchantID).Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 7_500 {
+		t.Errorf("balance %d in the ledger, want 7500", balance)
+	}
+}
+
+// readmeProgram is the Go code block of README.md's "Go client" section that
+// is a whole program.
+func readmeProgram(t *testing.T, path string) string {
+	t.Helper()
+	readme, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Go client\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Go client" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, block := range strings.Split(section, "```go\n")[1:] {
+		code, _, _ := strings.Cut(block, "```")
+		if strings.HasPrefix(code, "package main\n") {
+			return code
+		}
+	}
+	t.Fatal(`README.md's "Go client" section has no complete program (a go block starting "package main")`)
+	return ""
+}
+
+// goCmd runs the go command in dir as a module outside any workspace, and
+// returns its output.
+func goCmd(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
