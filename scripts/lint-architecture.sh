@@ -10,7 +10,7 @@ doc=docs/architecture.md
 # The mermaid block: node lines `id["path<br/>what it is"]` and arrow lines
 # `from --> to & to2`; "payments (openapi.go)" is the module's root package,
 # the rest are paths below it.
-mod=$("$GO" list -m)
+mod=$(GOWORK=off "$GO" list -m) # go.work would list the client module too
 drawn=$(sed -n '/^```mermaid$/,/^```$/p' "$doc" | awk -v mod="$mod" '
 	match($0, /^ *[a-z]+\["[^"<]+/) {
 		split(substr($0, RSTART, RLENGTH), p, /\["/)

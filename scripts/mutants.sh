@@ -57,7 +57,7 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
 	targets=("${tested[@]}")
 fi
-module=$($GO list -m)
+module=$(GOWORK=off $GO list -m) # go.work would list the client module too
 coverpkg=$(printf "$module/%s," "${tested[@]}")
 coverpkg=${coverpkg%,}
 
