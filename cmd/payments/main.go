@@ -7,10 +7,14 @@
 //	payments merchants create --name N    register a merchant, print its API key
 //	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
 //	payments healthcheck [--url URL]      exit 0 when the running service is ready
+//
+// Every command takes -h: it prints the command's usage to stdout and exits 0.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,29 +45,36 @@ const usage = `usage:
 Run "payments serve -h" for the settings; each flag overrides its environment variable.`
 
 // run is the whole program behind main, so tests can drive the real wiring.
+// A command asked for help (-h) has printed it to stdout, and succeeds.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("missing command\n%s", usage)
 	}
-	switch cmd, rest := args[0], args[1:]; cmd {
+	var cmd func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+	switch args[0] {
 	case "serve":
-		return serve(ctx, rest, getenv, stderr)
+		cmd = serve
 	case "relay":
-		return relayOnly(ctx, rest, getenv, stderr)
+		cmd = relayOnly
 	case "consume":
-		return consume(ctx, rest, getenv, stderr)
+		cmd = consume
 	case "migrate":
-		return migrate(ctx, rest, getenv, stdout, stderr)
+		cmd = migrate
 	case "merchants":
-		return merchants(ctx, rest, getenv, stdout, stderr)
+		cmd = merchants
 	case "api-keys":
-		return apiKeys(ctx, rest, getenv, stdout, stderr)
+		cmd = apiKeys
 	case "healthcheck":
-		return healthcheck(ctx, rest, getenv, stdout, stderr)
-	case "help", "-h", "--help":
+		cmd = healthcheck
+	case "help", "-h", "-help", "--help":
 		_, err := fmt.Fprintln(stdout, usage)
 		return err
 	default:
-		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
+	err := cmd(ctx, args[1:], getenv, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }

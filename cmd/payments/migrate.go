@@ -14,14 +14,25 @@ import (
 	"github.com/exactlyonce/payments/migrations"
 )
 
+const migrateUsage = `usage:
+  payments migrate up [flags]              apply every migration not yet applied (waits MIGRATE_WAIT for PostgreSQL)
+  payments migrate down [flags]            revert the most recent migration
+  payments migrate version [flags]         print the schema version, and whether a failed migration left it dirty
+
+The flags are serve's (payments migrate up -h); --database-url is the one that matters.`
+
 // migrate applies, reverts or reports the schema. "up" first waits up to
 // MIGRATE_WAIT for PostgreSQL to accept connections, as it may still be
 // starting next to the service (docker compose up).
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: payments migrate up|down|version [--database-url URL] [--migrate-wait 60s]")
+		return fmt.Errorf("missing migrate command\n%s", migrateUsage)
 	}
-	cfg, err := loadConfig("migrate "+args[0], args[1:], getenv, stderr)
+	if isHelp(args[0]) {
+		_, err := fmt.Fprintln(stdout, migrateUsage)
+		return err
+	}
+	cfg, err := loadConfig("migrate "+args[0], args[1:], getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -39,7 +50,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	case "version":
 	default:
-		return fmt.Errorf("unknown migrate command %q: want up, down or version", args[0])
+		return fmt.Errorf("unknown migrate command %q\n%s", args[0], migrateUsage)
 	}
 	version, dirty, err := migrations.Version(cfg.DatabaseURL)
 	if err != nil {
