@@ -30,6 +30,7 @@ func TestHelpSucceeds(t *testing.T) {
 		{[]string{"api-keys", "list", "-h"}, "usage: payments api-keys list --merchant ID [flags]"},
 		{[]string{"api-keys", "revoke", "-h"}, "usage: payments api-keys revoke KEY_ID [flags]"},
 		{[]string{"healthcheck", "-h"}, "usage: payments healthcheck [flags]"},
+		{[]string{"version", "-h"}, "usage: payments version [--json]"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

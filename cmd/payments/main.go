@@ -7,6 +7,7 @@
 //	payments merchants create --name N    register a merchant, print its API key
 //	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
 //	payments healthcheck [--url URL]      exit 0 when the running service is ready
+//	payments version [--json]             print the version, commit, build time and Go version
 //
 // Every command takes -h: it prints the command's usage to stdout and exits 0.
 package main
@@ -41,6 +42,7 @@ const usage = `usage:
   payments api-keys list --merchant ID     list the merchant's keys: ids, creation, last use, revocation
   payments api-keys revoke KEY_ID          revoke a key: every replica refuses it within 2 s
   payments healthcheck [--url URL]         exit 0 when the service at HTTP_ADDR answers /readyz with 200
+  payments version [--json]                print the version, commit, build time and Go version
 
 Run "payments serve -h" for the settings; each flag overrides its environment variable.`
 
@@ -66,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cmd = apiKeys
 	case "healthcheck":
 		cmd = healthcheck
+	case "version":
+		cmd = printVersion
 	case "help", "-h", "-help", "--help":
 		_, err := fmt.Fprintln(stdout, usage)
 		return err

@@ -26,6 +26,8 @@ const maxHeaderBytes = 16 << 10
 // sampler, the metrics listener and the janitor, and close the store last.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	m := metrics.New()
+	b := currentBuild()
+	m.BuildInfo(b.Version, b.Commit, b.GoVersion)
 	cfg, log, store, err := open(ctx, "serve", args, getenv, stdout, stderr, m)
 	if err != nil {
 		return err
