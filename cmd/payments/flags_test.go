@@ -24,6 +24,7 @@ func TestHelpSucceeds(t *testing.T) {
 		{[]string{"consume", "-h"}, "usage: payments consume [flags]"},
 		{[]string{"migrate", "-h"}, "usage:"},
 		{[]string{"migrate", "up", "-h"}, "usage: payments migrate up [flags]"},
+		{[]string{"migrate", "force", "-h"}, "usage: payments migrate force VERSION [flags]"},
 		{[]string{"merchants", "-h"}, "usage:"},
 		{[]string{"merchants", "create", "-h"}, "usage: payments merchants create --name NAME [flags]"},
 		{[]string{"api-keys", "--help"}, "usage:"},

@@ -4,6 +4,7 @@
 //	payments relay                        run only the outbox relay to NATS JetStream
 //	payments consume                      run the worked-example event consumer
 //	payments migrate up|down|version      manage the database schema
+//	payments migrate force VERSION        record VERSION after a failed migration was repaired by hand
 //	payments merchants create --name N    register a merchant, print its API key
 //	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
 //	payments healthcheck [--url URL]      exit 0 when the running service is ready
@@ -37,6 +38,7 @@ const usage = `usage:
   payments relay [flags]                   run only the outbox relay to NATS JetStream
   payments consume [flags]                 run the worked-example consumer (balance projection)
   payments migrate up|down|version         manage the database schema
+  payments migrate force VERSION           record VERSION as applied after a failed migration was repaired by hand
   payments merchants create --name NAME    register a merchant and print its API key
   payments api-keys create --merchant ID   give the merchant another API key (printed once)
   payments api-keys list --merchant ID     list the merchant's keys: ids, creation, last use, revocation
