@@ -6,6 +6,7 @@
 //	payments migrate up|down|version      manage the database schema
 //	payments migrate force VERSION        record VERSION after a failed migration was repaired by hand
 //	payments merchants create --name N    register a merchant, print its API key
+//	payments merchants list               list the merchants and their active API keys
 //	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
 //	payments healthcheck [--url URL]      exit 0 when the running service is ready
 //	payments version [--json]             print the version, commit, build time and Go version
@@ -40,6 +41,7 @@ const usage = `usage:
   payments migrate up|down|version         manage the database schema
   payments migrate force VERSION           record VERSION as applied after a failed migration was repaired by hand
   payments merchants create --name NAME    register a merchant and print its API key
+  payments merchants list                  list the merchants: ids, names, creation, active API keys
   payments api-keys create --merchant ID   give the merchant another API key (printed once)
   payments api-keys list --merchant ID     list the merchant's keys: ids, creation, last use, revocation
   payments api-keys revoke KEY_ID          revoke a key: every replica refuses it within 2 s
