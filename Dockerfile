@@ -10,9 +10,19 @@ COPY go.mod go.sum go.work ./
 COPY client/go.mod client/go.sum client/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+# What `payments version` and payments_build_info report. The context has no
+# .git, so go build stamps no commit: pass them as make image does,
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg COMMIT=$(git rev-parse HEAD) -t payments .
+# Unset, the binary says "(devel)" and "unknown"; BUILD_TIME defaults to now.
+ARG VERSION=""
+ARG COMMIT=""
+ARG BUILD_TIME=""
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/payments ./cmd/payments
+    CGO_ENABLED=0 go build -trimpath \
+      -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildTime=${BUILD_TIME:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}" \
+      -o /out/payments ./cmd/payments
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/payments /usr/local/bin/payments

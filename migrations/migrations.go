@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -62,6 +63,56 @@ func Down(databaseURL string) error {
 	})
 }
 
+// Errors of Up, Down and Force.
+var (
+	// ErrDirty: a migration failed part-way and left the schema dirty. No
+	// migration runs until the database is repaired by hand and its version
+	// recorded with Force.
+	ErrDirty = errors.New("the schema is dirty")
+	// ErrUnknownVersion: Force was given a version no migration has.
+	ErrUnknownVersion = errors.New("no such migration")
+)
+
+// Force records version as the schema's version, clean, and runs no
+// migration: the way out after a failed migration left the schema dirty
+// (ErrDirty) and an operator repaired the database by hand to match version.
+// version is one of the migrations' (CheckVersion), or -1 for none applied.
+func Force(databaseURL string, version int) error {
+	if err := CheckVersion(version); err != nil {
+		return err
+	}
+	return run(databaseURL, files, func(m *migrate.Migrate) error { return m.Force(version) })
+}
+
+// CheckVersion returns nil when Force may record version: -1 (no migration
+// applied) or the version of one of the migrations. It returns
+// ErrUnknownVersion otherwise.
+func CheckVersion(version int) error {
+	if version == -1 {
+		return nil
+	}
+	var versions []uint
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		return fmt.Errorf("read embedded migrations: %w", err)
+	}
+	for _, e := range entries {
+		m, err := source.Parse(e.Name())
+		if err != nil || m.Direction != source.Up {
+			continue
+		}
+		if int(m.Version) == version {
+			return nil
+		}
+		versions = append(versions, m.Version)
+	}
+	if len(versions) == 0 {
+		return fmt.Errorf("%w %d: there are no migrations; want -1", ErrUnknownVersion, version)
+	}
+	return fmt.Errorf("%w %d: want -1 (none applied) or a migration's version, %d to %d",
+		ErrUnknownVersion, version, slices.Min(versions), slices.Max(versions))
+}
+
 // Version reports the schema version of the database and whether a failed
 // migration left it dirty. A database without migrations has version 0.
 func Version(databaseURL string) (version uint, dirty bool, err error) {
@@ -86,6 +137,10 @@ func run(databaseURL string, fsys fs.FS, step func(*migrate.Migrate) error) erro
 	err = step(m)
 	if errors.Is(err, migrate.ErrNoChange) || errors.Is(err, migrate.ErrNilVersion) || errors.Is(err, fs.ErrNotExist) {
 		return nil
+	}
+	var dirty migrate.ErrDirty
+	if errors.As(err, &dirty) {
+		return fmt.Errorf("migrate: %w at version %d: a migration failed part-way", ErrDirty, dirty.Version)
 	}
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)

@@ -9,7 +9,7 @@
 #     (user postgres, no password; migrate creates database payments) and
 #     whatever NATS answers on NATS_URL, default localhost:4222 (the relay waits
 #     for one, events stay in the outbox meanwhile).
-#  2. Builds bin/payments, migrates, creates a development merchant.
+#  2. Builds bin/payments (make build), migrates, creates a development merchant.
 #  3. Prints a curl session with the merchant's API key, and serves on HTTP_ADDR,
 #     with Prometheus metrics on METRICS_ADDR.
 #
@@ -116,7 +116,8 @@ fi
 
 # --- 2. Build, migrate, development merchant ---------------------------------------
 say "building bin/payments"
-go build -o bin/payments ./cmd/payments
+# make build links the version and commit in (bin/payments version).
+"${MAKE:-make}" --no-print-directory build
 
 say "migrating"
 bin/payments migrate up ||

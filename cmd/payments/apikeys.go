@@ -25,19 +25,24 @@ func apiKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if len(args) == 0 {
 		return errors.New(keyCommandsUsage)
 	}
+	if isHelp(args[0]) {
+		_, err := fmt.Fprintln(stdout, keyCommandsUsage)
+		return err
+	}
 	cmd := "api-keys " + args[0]
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	dbURL := fs.String("database-url", "", "PostgreSQL connection URL ($DATABASE_URL)")
 	var merchantFlag *string
+	synopsis := "usage: payments " + cmd + " --merchant ID [flags]"
 	switch args[0] {
 	case "create", "list":
 		merchantFlag = fs.String("merchant", "", "the merchant's id (required)")
 	case "revoke":
+		synopsis = "usage: payments api-keys revoke KEY_ID [flags]"
 	default:
 		return fmt.Errorf("unknown api-keys command %q\n%s", args[0], keyCommandsUsage)
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:], synopsis, stdout, stderr); err != nil {
 		return err
 	}
 	// revoke takes one KEY_ID, before or after the flags.
@@ -47,7 +52,7 @@ func apiKeys(ctx context.Context, args []string, getenv func(string) string, std
 			return fmt.Errorf("%s: name the key to revoke: payments api-keys revoke KEY_ID", cmd)
 		}
 		keyID = fs.Arg(0)
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
+		if err := parseFlags(fs, fs.Args()[1:], synopsis, stdout, stderr); err != nil {
 			return err
 		}
 	}

@@ -42,15 +42,22 @@ type config struct {
 // setting is one configuration value: its variable, flag, default and parser.
 type setting struct {
 	env, flag, def, usage string
-	parse                 func(string) error
+	parse                 parser
+}
+
+// parser reads a setting's text into the config; typ names what it reads,
+// for -h: duration, size, int, bool, ...
+type parser struct {
+	typ string
+	set func(string) error
 }
 
 func (c *config) settings() []setting {
 	return []setting{
 		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/payments?sslmode=disable",
-			"PostgreSQL connection URL", func(v string) error { c.DatabaseURL = v; return nonEmpty(v) }},
+			"PostgreSQL connection URL", parser{"url", func(v string) error { c.DatabaseURL = v; return nonEmpty(v) }}},
 		{"HTTP_ADDR", "http-addr", ":8080", "address the HTTP API listens on",
-			func(v string) error { c.HTTPAddr = v; return nonEmpty(v) }},
+			parser{"address", func(v string) error { c.HTTPAddr = v; return nonEmpty(v) }}},
 		{"IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long idempotency keys and their responses are kept",
 			durationInto(&c.IdempotencyTTL)},
 		{"IDEMPOTENCY_WAIT", "idempotency-wait", "5s", "how long a request waits behind an in-flight request with the same key before 409",
@@ -60,35 +67,35 @@ func (c *config) settings() []setting {
 		{"IDEMPOTENCY_CACHE_SIZE", "idempotency-cache-size", "10000", "completed responses kept in memory for fast replays (0 disables)",
 			wholeNumber(&c.CacheSize)},
 		{"IDEMPOTENCY_CACHE_BYTES", "idempotency-cache-bytes", "64MiB", "most memory the replay cache holds, in bytes (KiB, MiB, GiB suffixes; 0 disables)",
-			func(v string) (err error) { c.CacheBytes, err = parseBytes(v); return err }},
+			sizeInto(&c.CacheBytes)},
 		{"JANITOR_INTERVAL", "janitor-interval", "1m", "how often expired idempotency keys are deleted",
 			durationInto(&c.JanitorInterval)},
 		{"JANITOR_BATCH", "janitor-batch", "1000", "most expired keys deleted per transaction",
 			positiveInt(&c.JanitorBatch)},
 		{"DB_MAX_CONNS", "db-max-conns", "20", "maximum PostgreSQL connections in the pool",
-			func(v string) error {
+			parser{"int", func(v string) error {
 				var n int
-				if err := positiveInt(&n)(v); err != nil {
+				if err := positiveInt(&n).set(v); err != nil {
 					return err
 				}
 				c.DBMaxConns = int32(min(n, 10_000))
 				return nil
-			}},
+			}}},
 		{"CHARGE_BATCH_SIZE", "charge-batch-size", "64", "most concurrent charges committed together in one transaction (group commit)",
 			positiveInt(&c.ChargeBatchSize)},
 		{"CHARGE_BATCHES", "charge-batches", "1", "charge batches in flight at once; a charge waits for company only while all are busy",
 			positiveInt(&c.ChargeBatches)},
 		{"PPROF_ADDR", "pprof-addr", "", "address of a listener serving Go's profiler (/debug/pprof/) for performance work; empty: none. Keep it on loopback",
-			func(v string) error { c.PprofAddr = v; return nil }},
+			parser{"address", func(v string) error { c.PprofAddr = v; return nil }}},
 		{"METRICS_ADDR", "metrics-addr", "127.0.0.1:9464", "address of the listener serving Prometheus metrics (/metrics); off: none",
-			func(v string) error {
+			parser{"address", func(v string) error {
 				// An empty variable means the default, as for every setting.
 				if v == "off" {
 					v = ""
 				}
 				c.MetricsAddr = v
 				return nil
-			}},
+			}}},
 		{"METRICS_SAMPLE", "metrics-sample", "15s", "how often the outbox is sampled for its gauges and the EVENTS_HELD_WARN warning; at least 1s",
 			durationAtLeast(&c.MetricsSample, time.Second)},
 		{"EVENTS_HELD_WARN", "events-held-warn", "30s", "log a warning naming the transaction that holds events back (the event horizon) once an event has waited this long; sampled every METRICS_SAMPLE",
@@ -96,9 +103,9 @@ func (c *config) settings() []setting {
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
 			durationInto(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",
-			func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+			parser{"level", func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }}},
 		{"NATS_URL", "nats-url", "nats://127.0.0.1:4222", "NATS server (with JetStream) the relay publishes events to",
-			func(v string) error { c.NATSURL = v; return nonEmpty(v) }},
+			parser{"url", func(v string) error { c.NATSURL = v; return nonEmpty(v) }}},
 		{"RELAY_ENABLED", "relay", "true", "whether serve also runs the outbox relay (one replica leads at a time)",
 			boolInto(&c.RelayEnabled)},
 		{"RELAY_BATCH", "relay-batch", "100", "most events the relay publishes per round",
@@ -112,22 +119,24 @@ func (c *config) settings() []setting {
 	}
 }
 
-// loadConfig reads the environment, then the flags in args. A bad value is an
-// error naming the variable or flag it came from.
-func loadConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// loadConfig reads the environment, then the flags in args, of the command
+// name ("serve", "migrate up"). A bad value is an error naming the variable or
+// flag it came from. -h prints the settings to stdout (parseFlags).
+func loadConfig(name string, args []string, getenv func(string) string, stdout, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	settings := c.settings()
-	values := make(map[string]*string, len(settings))
+	values := make(map[string]*settingFlag, len(settings))
 	for _, s := range settings {
-		def := s.def
+		value := &settingFlag{text: s.def, typ: s.parse.typ}
 		if v := getenv(s.env); v != "" {
-			def = v
+			value.text = v
 		}
-		values[s.flag] = fs.String(s.flag, def, s.usage+" ($"+s.env+")")
+		values[s.flag] = value
+		fs.Var(value, s.flag, s.usage+" ($"+s.env+")")
 	}
-	if err := fs.Parse(args); err != nil {
+	usage := "usage: payments " + name + " [flags]\n\nEach flag overrides its environment variable, named at its end:"
+	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
@@ -136,7 +145,7 @@ func loadConfig(name string, args []string, getenv func(string) string, stderr i
 	fromFlag := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { fromFlag[f.Name] = true })
 	for _, s := range settings {
-		if err := s.parse(*values[s.flag]); err != nil {
+		if err := s.parse.set(values[s.flag].text); err != nil {
 			source := s.env
 			if fromFlag[s.flag] {
 				source = "--" + s.flag
@@ -219,22 +228,30 @@ func nonEmpty(v string) error {
 }
 
 // wholeNumber parses an integer of 0 or more into n.
-func wholeNumber(n *int) func(string) error { return intAtLeast(n, 0, "a whole number") }
+func wholeNumber(n *int) parser { return intAtLeast(n, 0, "a whole number") }
 
 // positiveInt parses an integer of 1 or more into n.
-func positiveInt(n *int) func(string) error { return intAtLeast(n, 1, "a positive integer") }
+func positiveInt(n *int) parser { return intAtLeast(n, 1, "a positive integer") }
 
 // intAtLeast parses an integer of floor or more into n; want names such a
 // number in the error.
-func intAtLeast(n *int, floor int, want string) func(string) error {
-	return func(v string) error {
+func intAtLeast(n *int, floor int, want string) parser {
+	return parser{"int", func(v string) error {
 		parsed, err := strconv.Atoi(v)
 		if err != nil || parsed < floor {
 			return fmt.Errorf("want %s, got %q", want, v)
 		}
 		*n = parsed
 		return nil
-	}
+	}}
+}
+
+// sizeInto parses a size in bytes (parseBytes) into n.
+func sizeInto(n *int64) parser {
+	return parser{"size", func(v string) (err error) {
+		*n, err = parseBytes(v)
+		return err
+	}}
 }
 
 // parseBytes reads a size such as 1048576, 512KiB, 64MiB or 1GiB.
@@ -252,38 +269,40 @@ func parseBytes(v string) (int64, error) {
 	return n * unit, nil
 }
 
-func durationInto(d *time.Duration) func(string) error {
-	return func(v string) error {
+// durationInto parses a positive duration into d.
+func durationInto(d *time.Duration) parser {
+	return parser{"duration", func(v string) error {
 		parsed, err := time.ParseDuration(v)
 		if err != nil || parsed <= 0 {
 			return fmt.Errorf("want a positive duration such as 5s or 24h, got %q", v)
 		}
 		*d = parsed
 		return nil
-	}
+	}}
 }
 
 // durationAtLeast parses a duration of at least floor into d.
-func durationAtLeast(d *time.Duration, floor time.Duration) func(string) error {
-	return func(v string) error {
-		if err := durationInto(d)(v); err != nil {
+func durationAtLeast(d *time.Duration, floor time.Duration) parser {
+	return parser{"duration", func(v string) error {
+		if err := durationInto(d).set(v); err != nil {
 			return err
 		}
 		if *d < floor {
 			return fmt.Errorf("want at least %s, got %q", floor, v)
 		}
 		return nil
-	}
+	}}
 }
 
 // boolInto parses a boolean into b, as strconv.ParseBool reads it: true,
-// false, 1, 0 and their other spellings.
-func boolInto(b *bool) func(string) error {
-	return func(v string) (err error) {
+// false, 1, 0 and their other spellings. Its flag takes the value as every
+// setting's does (--relay false), not alone.
+func boolInto(b *bool) parser {
+	return parser{"bool", func(v string) (err error) {
 		*b, err = strconv.ParseBool(v)
 		if err != nil {
 			return fmt.Errorf("want true or false, got %q", v)
 		}
 		return nil
-	}
+	}}
 }

@@ -46,8 +46,8 @@ func newRelay(cfg config, store *postgres.Store, log *slog.Logger) (*relay.Relay
 }
 
 // relayOnly runs the outbox relay alone until ctx ends.
-func relayOnly(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, log, store, err := open(ctx, "relay", args, getenv, stderr, nil)
+func relayOnly(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, log, store, err := open(ctx, "relay", args, getenv, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -62,8 +62,8 @@ func relayOnly(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // consume runs the worked-example consumer until ctx ends.
-func consume(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, log, err := configure("consume", args, getenv, stderr)
+func consume(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, log, err := configure("consume", args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}

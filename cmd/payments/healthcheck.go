@@ -16,11 +16,13 @@ import (
 // docker-compose.yml: the image has no shell, curl or wget.
 func healthcheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	target := fs.String("url", "", "the URL to GET (default: /readyz at $HTTP_ADDR, on 127.0.0.1 when it names no host)")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "usage: payments healthcheck [flags]", stdout, stderr); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("healthcheck: unexpected argument %q", fs.Arg(0))
 	}
 	if *target == "" {
 		*target = readyzURL(getenv("HTTP_ADDR"))

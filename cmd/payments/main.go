@@ -4,13 +4,20 @@
 //	payments relay                        run only the outbox relay to NATS JetStream
 //	payments consume                      run the worked-example event consumer
 //	payments migrate up|down|version      manage the database schema
+//	payments migrate force VERSION        record VERSION after a failed migration was repaired by hand
 //	payments merchants create --name N    register a merchant, print its API key
+//	payments merchants list               list the merchants and their active API keys
 //	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
 //	payments healthcheck [--url URL]      exit 0 when the running service is ready
+//	payments version [--json]             print the version, commit, build time and Go version
+//
+// Every command takes -h: it prints the command's usage to stdout and exits 0.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,38 +39,50 @@ const usage = `usage:
   payments relay [flags]                   run only the outbox relay to NATS JetStream
   payments consume [flags]                 run the worked-example consumer (balance projection)
   payments migrate up|down|version         manage the database schema
+  payments migrate force VERSION           record VERSION as applied after a failed migration was repaired by hand
   payments merchants create --name NAME    register a merchant and print its API key
+  payments merchants list                  list the merchants: ids, names, creation, active API keys
   payments api-keys create --merchant ID   give the merchant another API key (printed once)
   payments api-keys list --merchant ID     list the merchant's keys: ids, creation, last use, revocation
   payments api-keys revoke KEY_ID          revoke a key: every replica refuses it within 2 s
   payments healthcheck [--url URL]         exit 0 when the service at HTTP_ADDR answers /readyz with 200
+  payments version [--json]                print the version, commit, build time and Go version
 
 Run "payments serve -h" for the settings; each flag overrides its environment variable.`
 
 // run is the whole program behind main, so tests can drive the real wiring.
+// A command asked for help (-h) has printed it to stdout, and succeeds.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("missing command\n%s", usage)
 	}
-	switch cmd, rest := args[0], args[1:]; cmd {
+	var cmd func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+	switch args[0] {
 	case "serve":
-		return serve(ctx, rest, getenv, stderr)
+		cmd = serve
 	case "relay":
-		return relayOnly(ctx, rest, getenv, stderr)
+		cmd = relayOnly
 	case "consume":
-		return consume(ctx, rest, getenv, stderr)
+		cmd = consume
 	case "migrate":
-		return migrate(ctx, rest, getenv, stdout, stderr)
+		cmd = migrate
 	case "merchants":
-		return merchants(ctx, rest, getenv, stdout, stderr)
+		cmd = merchants
 	case "api-keys":
-		return apiKeys(ctx, rest, getenv, stdout, stderr)
+		cmd = apiKeys
 	case "healthcheck":
-		return healthcheck(ctx, rest, getenv, stdout, stderr)
-	case "help", "-h", "--help":
+		cmd = healthcheck
+	case "version":
+		cmd = printVersion
+	case "help", "-h", "-help", "--help":
 		_, err := fmt.Fprintln(stdout, usage)
 		return err
 	default:
-		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
+	err := cmd(ctx, args[1:], getenv, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }

@@ -304,7 +304,7 @@ func TestSettingsThatBreakTheGuaranteeAreRefused(t *testing.T) {
 	ok := map[string]string{"IDEMPOTENCY_TTL": "1h", "IDEMPOTENCY_WAIT": "1ms", "JANITOR_INTERVAL": "1h",
 		"JANITOR_BATCH": "100000", "CHARGE_BATCHES": "19", "IDEMPOTENCY_CACHE_BYTES": "0", "COMMIT_WAIT": "100ms"}
 	for _, env := range []map[string]string{nil, ok, {"IDEMPOTENCY_WAIT": "20s", "IDEMPOTENCY_CACHE_BYTES": "1GiB", "COMMIT_WAIT": "20s"}} {
-		cfg, err := loadConfig("serve", nil, envOf(env), io.Discard)
+		cfg, err := loadConfig("serve", nil, envOf(env), io.Discard, io.Discard)
 		if err != nil {
 			t.Errorf("loadConfig(%v) = %v", env, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,32 +15,60 @@ import (
 	"github.com/exactlyonce/payments/migrations"
 )
 
-// migrate applies, reverts or reports the schema. "up" first waits up to
-// MIGRATE_WAIT for PostgreSQL to accept connections, as it may still be
-// starting next to the service (docker compose up).
+const migrateUsage = `usage:
+  payments migrate up [flags]              apply every migration not yet applied (waits MIGRATE_WAIT for PostgreSQL)
+  payments migrate down [flags]            revert the most recent migration
+  payments migrate version [flags]         print the schema version, and whether a failed migration left it dirty
+  payments migrate force VERSION [flags]   record VERSION as applied and clean, running nothing: after a failed
+                                           migration, once the database has been repaired by hand to match VERSION
+                                           (-1: none applied)
+
+The flags are serve's (payments migrate up -h); --database-url is the one that matters.`
+
+// migrate applies, reverts, reports or forces the schema version, then prints
+// it. "up" first waits up to MIGRATE_WAIT for PostgreSQL to accept
+// connections, as it may still be starting next to the service (docker
+// compose up).
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: payments migrate up|down|version [--database-url URL] [--migrate-wait 60s]")
+		return fmt.Errorf("missing migrate command\n%s", migrateUsage)
 	}
-	cfg, err := loadConfig("migrate "+args[0], args[1:], getenv, stderr)
+	if isHelp(args[0]) {
+		_, err := fmt.Fprintln(stdout, migrateUsage)
+		return err
+	}
+	cmd, rest := args[0], args[1:]
+	var force string // force's VERSION, before the flags, so that -1 is not taken for one
+	if cmd == "force" && len(rest) > 0 && !isHelp(rest[0]) {
+		force, rest = rest[0], rest[1:]
+	}
+	name := "migrate " + cmd
+	if cmd == "force" {
+		name += " VERSION"
+	}
+	cfg, err := loadConfig(name, rest, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	switch args[0] {
+	switch cmd {
 	case "up":
 		if err := waitForDatabase(ctx, cfg.DatabaseURL, cfg.MigrateWait, stderr); err != nil {
 			return err
 		}
-		if err := migrations.Up(cfg.DatabaseURL); err != nil {
-			return err
-		}
+		err = migrations.Up(cfg.DatabaseURL)
 	case "down":
-		if err := migrations.Down(cfg.DatabaseURL); err != nil {
-			return err
-		}
+		err = migrations.Down(cfg.DatabaseURL)
+	case "force":
+		err = forceVersion(cfg.DatabaseURL, force, stderr)
 	case "version":
 	default:
-		return fmt.Errorf("unknown migrate command %q: want up, down or version", args[0])
+		return fmt.Errorf("unknown migrate command %q\n%s", cmd, migrateUsage)
+	}
+	if errors.Is(err, migrations.ErrDirty) {
+		return fmt.Errorf("%w; repair the database by hand to match a version N, then run: payments migrate force N", err)
+	}
+	if err != nil {
+		return err
 	}
 	version, dirty, err := migrations.Version(cfg.DatabaseURL)
 	if err != nil {
@@ -47,6 +76,30 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	_, err = fmt.Fprintf(stdout, "schema version %d (dirty: %t)\n", version, dirty)
 	return err
+}
+
+// forceVersion records arg, a migration's version or -1, as the schema's
+// version (migrations.Force), after a warning on stderr that names the
+// version it replaces. A bad arg fails before the warning and changes nothing.
+func forceVersion(databaseURL, arg string, stderr io.Writer) error {
+	if arg == "" {
+		return errors.New("migrate force: name the version: payments migrate force VERSION")
+	}
+	version, err := strconv.Atoi(arg)
+	if err != nil || version < -1 {
+		return fmt.Errorf("migrate force: invalid VERSION %q: want a migration's version, or -1 for none", arg)
+	}
+	if err := migrations.CheckVersion(version); err != nil {
+		return fmt.Errorf("migrate force: %w", err)
+	}
+	before, dirty, err := migrations.Version(databaseURL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "WARNING: migrate force records schema version %d as applied and clean (it was %d, dirty: %t).\n"+
+		"It runs no migration and changes no table: the database must already match version %d, repaired by hand,\n"+
+		"or the next migrate up or down runs against a schema it does not expect.\n", version, before, dirty, version)
+	return migrations.Force(databaseURL, version)
 }
 
 // retryInterval is the pause between two attempts of waitForDatabase.

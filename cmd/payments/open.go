@@ -31,8 +31,8 @@ func logAbandoned(log *slog.Logger, a charging.AbandonedCharge) {
 
 // open reads the configuration and opens the store, the start every
 // long-running command shares. m, if not nil, counts expired keys.
-func open(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, m *metrics.Metrics) (config, *slog.Logger, *postgres.Store, error) {
-	cfg, log, err := configure(name, args, getenv, stderr)
+func open(ctx context.Context, name string, args []string, getenv func(string) string, stdout, stderr io.Writer, m *metrics.Metrics) (config, *slog.Logger, *postgres.Store, error) {
+	cfg, log, err := configure(name, args, getenv, stdout, stderr)
 	if err != nil {
 		return config{}, nil, nil, err
 	}
@@ -47,9 +47,9 @@ func open(ctx context.Context, name string, args []string, getenv func(string) s
 	return cfg, log, store, nil
 }
 
-// configure reads a command's configuration and makes its log.
-func configure(name string, args []string, getenv func(string) string, stderr io.Writer) (config, *slog.Logger, error) {
-	cfg, err := loadConfig(name, args, getenv, stderr)
+// configure reads a command's configuration and makes its log, on stderr.
+func configure(name string, args []string, getenv func(string) string, stdout, stderr io.Writer) (config, *slog.Logger, error) {
+	cfg, err := loadConfig(name, args, getenv, stdout, stderr)
 	if err != nil {
 		return config{}, nil, err
 	}
@@ -92,7 +92,8 @@ func openAdmin(ctx context.Context, cmd, dbURL string, getenv func(string) strin
 	if dbURL != "" {
 		cfgArgs = []string{"--database-url", dbURL}
 	}
-	cfg, err := loadConfig(cmd, cfgArgs, getenv, stderr)
+	// cfgArgs hold no -h: the command's own flags had it.
+	cfg, err := loadConfig(cmd, cfgArgs, getenv, io.Discard, stderr)
 	if err != nil {
 		return nil, err
 	}

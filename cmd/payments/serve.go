@@ -24,9 +24,11 @@ const maxHeaderBytes = 16 << 10
 // requests for up to ShutdownTimeout. Its deferred calls then stop the rest in
 // the reverse order of their start: the relay, the profiler, the outbox
 // sampler, the metrics listener and the janitor, and close the store last.
-func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	m := metrics.New()
-	cfg, log, store, err := open(ctx, "serve", args, getenv, stderr, m)
+	b := currentBuild()
+	m.BuildInfo(b.Version, b.Commit, b.GoVersion)
+	cfg, log, store, err := open(ctx, "serve", args, getenv, stdout, stderr, m)
 	if err != nil {
 		return err
 	}

@@ -106,6 +106,19 @@ func (m *Metrics) ChargeBatcher(stats func() groupcommit.Stats, stuckAfter time.
 		func(s groupcommit.Stats) uint64 { return s.QueueTimeouts })
 }
 
+// BuildInfo registers payments_build_info, always 1, whose labels say which
+// build runs: its version, commit and Go version (`payments version`). Join
+// on it to see a change of build in any other series.
+func (m *Metrics) BuildInfo(version, commit, goVersion string) {
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "payments_build_info",
+		Help:        "Always 1; the labels say which build runs (payments version).",
+		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "go_version": goVersion},
+	})
+	info.Set(1)
+	m.reg.MustRegister(info)
+}
+
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})

@@ -108,3 +108,18 @@ func counter(t *testing.T, body, name string) float64 {
 	}
 	return -1
 }
+
+// TestBuildInfo: payments_build_info is 1, a gauge, with the build's labels.
+func TestBuildInfo(t *testing.T) {
+	m := metrics.New()
+	m.BuildInfo("v1.2.0-3-g74131fb-dirty", "74131fbc8d0e", "go1.26.8")
+	body := scrape(t, m)
+	for _, want := range []string{
+		"# TYPE payments_build_info gauge\n",
+		`payments_build_info{commit="74131fbc8d0e",go_version="go1.26.8",version="v1.2.0-3-g74131fb-dirty"} 1` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the scrape lacks %q:\n%s", want, body)
+		}
+	}
+}

@@ -134,6 +134,40 @@ func (s *Merchants) ListAPIKeys(ctx context.Context, merchant uuid.UUID) ([]APIK
 	return keys, asUnavailable(err)
 }
 
+// Merchant is a merchant as an operator lists it, with how many of its API
+// keys are active (not revoked).
+type Merchant struct {
+	ID            uuid.UUID
+	Name          string
+	CreatedAt     time.Time
+	ActiveAPIKeys int
+}
+
+// listMerchants counts a merchant's keys that are not revoked; count(k.hash)
+// leaves out the row the outer join makes for a merchant without keys.
+const listMerchants = `SELECT m.id, m.name, m.created_at, count(k.hash) FILTER (WHERE k.revoked_at IS NULL)
+FROM merchants m LEFT JOIN api_keys k ON k.merchant_id = m.id
+GROUP BY m.id
+ORDER BY m.created_at, m.id`
+
+// ListMerchants returns every merchant, oldest first. Merchants are a small
+// lookup table, so there is no paging.
+func (s *Merchants) ListMerchants(ctx context.Context) ([]Merchant, error) {
+	rows, err := s.pool.Query(ctx, listMerchants)
+	if err != nil {
+		return nil, asUnavailable(fmt.Errorf("list merchants: %w", err))
+	}
+	merchants, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Merchant, error) {
+		var m Merchant
+		err := row.Scan(&m.ID, &m.Name, &m.CreatedAt, &m.ActiveAPIKeys)
+		return m, err
+	})
+	if err != nil {
+		return nil, asUnavailable(fmt.Errorf("list merchants: %w", err))
+	}
+	return merchants, nil
+}
+
 // RevokeAPIKey revokes the key with the public id keyID: every replica refuses
 // it within authTrust. It returns ErrUnknownAPIKey or ErrAPIKeyRevoked.
 func (s *Merchants) RevokeAPIKey(ctx context.Context, keyID string) (APIKey, error) {

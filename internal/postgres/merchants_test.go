@@ -338,3 +338,63 @@ func TestFailureBudgetIsBounded(t *testing.T) {
 		t.Error("an evicted (refilled) address is refused")
 	}
 }
+
+// TestListMerchants: every merchant, oldest first, with its keys that are not
+// revoked counted; a merchant whose keys are all revoked, or who has none,
+// counts 0. Its own database, so that no other test's merchant is listed.
+func TestListMerchants(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgtest.NewDatabase(t))
+	if got, err := s.ListMerchants(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("ListMerchants on no merchants = %+v, %v; want none", got, err)
+	}
+	acme, acmeKey, err := s.RegisterMerchant(ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	globex, globexKey, err := s.RegisterMerchant(ctx, "Globex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initech, _, err := s.RegisterMerchant(ctx, "Initech")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM api_keys WHERE merchant_id = $1`, initech); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := s.CreateAPIKey(ctx, acme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{acmeKey.ID, globexKey.ID} {
+		if _, err := s.RevokeAPIKey(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Acme, registered first, is made the newest by the clock, so the order
+	// under test is created_at's and not the registration's or the id's.
+	if _, err := s.Pool().Exec(ctx, `UPDATE merchants SET created_at = now() + interval '1 hour' WHERE id = $1`, acme); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := s.ListMerchants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		id     uuid.UUID
+		name   string
+		active int
+	}{{globex, "Globex", 0}, {initech, "Initech", 0}, {acme, "Acme", 2}}
+	if len(got) != len(want) {
+		t.Fatalf("ListMerchants = %+v, want %d merchants", got, len(want))
+	}
+	for i, w := range want {
+		m := got[i]
+		if m.ID != w.id || m.Name != w.name || m.ActiveAPIKeys != w.active || time.Since(m.CreatedAt) > 2*time.Hour {
+			t.Errorf("merchant %d: %+v, want %s %q with %d active keys", i, m, w.id, w.name, w.active)
+		}
+	}
+}
