@@ -188,13 +188,14 @@ func (b *bench) buildBaseline(ctx context.Context) {
 }
 
 // buildPlot vets, tests and builds tools/benchplot (a module of its own, so
-// that gonum/plot stays out of go.mod) into bin/benchplot for the curve.
+// that gonum/plot stays out of go.mod, and out of go.work: GOWORK=off) into
+// bin/benchplot for the curve.
 func (b *bench) buildPlot(ctx context.Context) {
 	if !b.s.curve {
 		return
 	}
 	b.say("testing and building tools/benchplot into bin/benchplot")
-	script := fmt.Sprintf(`cd tools/benchplot && %[1]q vet ./... && %[1]q test -count=1 ./... && %[1]q build -o ../../bin/benchplot .`, b.s.goBin)
+	script := fmt.Sprintf(`cd tools/benchplot && export GOWORK=off && %[1]q vet ./... && %[1]q test -count=1 ./... && %[1]q build -o ../../bin/benchplot .`, b.s.goBin)
 	out, err := exec.CommandContext(ctx, "sh", "-c", script).CombinedOutput()
 	_ = os.WriteFile("bin/bench-benchplot-build.log", out, 0o644)
 	if err != nil {
