@@ -24,14 +24,17 @@ func (e AccountObject) Valid() bool {
 
 // Defines values for ChargeFailureCode.
 const (
-	ChargeFailureCodeInsufficientFunds ChargeFailureCode = "insufficient_funds"
-	ChargeFailureCodeLessThannil       ChargeFailureCode = "<nil>"
+	ChargeFailureCodeInsufficientFunds       ChargeFailureCode = "insufficient-funds"
+	ChargeFailureCodeInsufficientFundsFormer ChargeFailureCode = "insufficient_funds"
+	ChargeFailureCodeLessThannil             ChargeFailureCode = "<nil>"
 )
 
 // Valid indicates whether the value is a known member of the ChargeFailureCode enum.
 func (e ChargeFailureCode) Valid() bool {
 	switch e {
 	case ChargeFailureCodeInsufficientFunds:
+		return true
+	case ChargeFailureCodeInsufficientFundsFormer:
 		return true
 	case ChargeFailureCodeLessThannil:
 		return true
@@ -249,7 +252,13 @@ type Charge struct {
 	// Description The description given at creation, or null.
 	Description *Description `json:"description"`
 
-	// FailureCode Why a failed charge failed; null for a succeeded one.
+	// FailureCode Why a failed charge failed, spelt as the code of the problem its
+	// request was answered with; null for a succeeded one.
+	// `insufficient-funds`: the balance did not cover the amount.
+	// `insufficient_funds` is the former spelling of the same code: the
+	// service no longer writes it, but the `data` of events written by
+	// earlier versions keeps it (events never change once written).
+	// Read it as `insufficient-funds`.
 	FailureCode *ChargeFailureCode `json:"failure_code"`
 
 	// Id A charge id, `ch_` and 32 lowercase hexadecimal digits.
@@ -270,7 +279,13 @@ type Charge struct {
 	Status ChargeStatus `json:"status"`
 }
 
-// ChargeFailureCode Why a failed charge failed; null for a succeeded one.
+// ChargeFailureCode Why a failed charge failed, spelt as the code of the problem its
+// request was answered with; null for a succeeded one.
+// `insufficient-funds`: the balance did not cover the amount.
+// `insufficient_funds` is the former spelling of the same code: the
+// service no longer writes it, but the `data` of events written by
+// earlier versions keeps it (events never change once written).
+// Read it as `insufficient-funds`.
 type ChargeFailureCode string
 
 // ChargeObject defines model for Charge.Object.
