@@ -103,6 +103,12 @@
 // oapi-codegen writes for it would need github.com/oapi-codegen/runtime, whose
 // go line is 1.26, for constructors a client never calls.
 //
+// Charge.FailureCode is ChargeFailureCodeInsufficientFunds
+// ("insufficient-funds", the code of the 402 problem too) or, in the data of
+// events written by earlier versions of the service, its former spelling
+// ChargeFailureCodeInsufficientFundsFormer ("insufficient_funds", named by
+// overlay.yaml): read both as the same refusal.
+//
 // # The module
 //
 // The client is its own module, github.com/exactlyonce/payments/client, so

@@ -24,14 +24,17 @@ func (e AccountObject) Valid() bool {
 
 // Defines values for ChargeFailureCode.
 const (
-	ChargeFailureCodeInsufficientFunds ChargeFailureCode = "insufficient_funds"
-	ChargeFailureCodeLessThannil       ChargeFailureCode = "<nil>"
+	ChargeFailureCodeInsufficientFunds       ChargeFailureCode = "insufficient-funds"
+	ChargeFailureCodeInsufficientFundsFormer ChargeFailureCode = "insufficient_funds"
+	ChargeFailureCodeLessThannil             ChargeFailureCode = "<nil>"
 )
 
 // Valid indicates whether the value is a known member of the ChargeFailureCode enum.
 func (e ChargeFailureCode) Valid() bool {
 	switch e {
 	case ChargeFailureCodeInsufficientFunds:
+		return true
+	case ChargeFailureCodeInsufficientFundsFormer:
 		return true
 	case ChargeFailureCodeLessThannil:
 		return true
@@ -249,7 +252,13 @@ type Charge struct {
 	// Description The description given at creation, or null.
 	Description *Description `json:"description"`
 
-	// FailureCode Why a failed charge failed; null for a succeeded one.
+	// FailureCode Why a failed charge failed, spelt as the code of the problem its
+	// request was answered with; null for a succeeded one.
+	// `insufficient-funds`: the balance did not cover the amount.
+	// `insufficient_funds` is the former spelling of the same code: the
+	// service no longer writes it, but the `data` of events written by
+	// earlier versions keeps it (events never change once written).
+	// Read it as `insufficient-funds`.
 	FailureCode *ChargeFailureCode `json:"failure_code"`
 
 	// Id A charge id, `ch_` and 32 lowercase hexadecimal digits.
@@ -270,7 +279,13 @@ type Charge struct {
 	Status ChargeStatus `json:"status"`
 }
 
-// ChargeFailureCode Why a failed charge failed; null for a succeeded one.
+// ChargeFailureCode Why a failed charge failed, spelt as the code of the problem its
+// request was answered with; null for a succeeded one.
+// `insufficient-funds`: the balance did not cover the amount.
+// `insufficient_funds` is the former spelling of the same code: the
+// service no longer writes it, but the `data` of events written by
+// earlier versions keeps it (events never change once written).
+// Read it as `insufficient-funds`.
 type ChargeFailureCode string
 
 // ChargeObject defines model for Charge.Object.
@@ -649,12 +664,30 @@ type UnsupportedMediaType = ProblemBody
 
 // CreateAccountParams defines parameters for CreateAccount.
 type CreateAccountParams struct {
-	// IdempotencyKey Names this operation so that retries execute it at most once: 1 to 255
-	// visible ASCII characters (0x21 to 0x7E), sent once, scoped to your merchant.
-	// Use a new random UUID, such as `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for
-	// each new operation, and the same key on every retry of it. Kept at least
-	// `IDEMPOTENCY_TTL` (24 hours by default) from when its response is stored.
-	// See *Idempotency* in the introduction.
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
 	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
@@ -673,12 +706,30 @@ type GetAccountParams struct {
 
 // CreateDepositParams defines parameters for CreateDeposit.
 type CreateDepositParams struct {
-	// IdempotencyKey Names this operation so that retries execute it at most once: 1 to 255
-	// visible ASCII characters (0x21 to 0x7E), sent once, scoped to your merchant.
-	// Use a new random UUID, such as `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for
-	// each new operation, and the same key on every retry of it. Kept at least
-	// `IDEMPOTENCY_TTL` (24 hours by default) from when its response is stored.
-	// See *Idempotency* in the introduction.
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
 	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
@@ -715,12 +766,30 @@ type ListChargesParams struct {
 
 // CreateChargeParams defines parameters for CreateCharge.
 type CreateChargeParams struct {
-	// IdempotencyKey Names this operation so that retries execute it at most once: 1 to 255
-	// visible ASCII characters (0x21 to 0x7E), sent once, scoped to your merchant.
-	// Use a new random UUID, such as `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for
-	// each new operation, and the same key on every retry of it. Kept at least
-	// `IDEMPOTENCY_TTL` (24 hours by default) from when its response is stored.
-	// See *Idempotency* in the introduction.
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
 	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
@@ -739,12 +808,30 @@ type GetChargeParams struct {
 
 // CreateRefundParams defines parameters for CreateRefund.
 type CreateRefundParams struct {
-	// IdempotencyKey Names this operation so that retries execute it at most once: 1 to 255
-	// visible ASCII characters (0x21 to 0x7E), sent once, scoped to your merchant.
-	// Use a new random UUID, such as `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for
-	// each new operation, and the same key on every retry of it. Kept at least
-	// `IDEMPOTENCY_TTL` (24 hours by default) from when its response is stored.
-	// See *Idempotency* in the introduction.
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
 	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the

@@ -54,7 +54,7 @@ VALUES (gen_random_uuid(), gen_random_uuid(), 'charge', gen_random_uuid(), 'char
 			}
 			exec(`UPDATE events SET published_at = now() WHERE seq = ANY($1)`, tc.published)
 
-			if err := migrations.Up(dbURL); err != nil {
+			if err := migrations.UpFrom(dbURL, migrationsBefore(t, 9)); err != nil {
 				t.Fatal(err)
 			}
 			var seq int

@@ -387,9 +387,11 @@ func equalMaps(a, b map[string]string) bool {
 	return true
 }
 
-// validKey mirrors the Idempotency-Key syntax: 1–255 visible ASCII characters.
+// validKey mirrors the Idempotency-Key syntax for a bare key: 1–255 visible
+// ASCII characters, the first not a double quote (a value that starts with
+// one is read as a quoted string; none of hostileStrings is a well-formed one).
 func validKey(s string) bool {
-	if len(s) == 0 || len(s) > 255 {
+	if len(s) == 0 || len(s) > 255 || s[0] == '"' {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

@@ -174,7 +174,7 @@ func TestBusinessRefusalsAreStoredAndReplayed(t *testing.T) {
 	}
 
 	// The 402 recorded one failed charge and moved no money.
-	if n := f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'failed' AND failure_code = 'insufficient_funds'`); n != 1 {
+	if n := f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'failed' AND failure_code = 'insufficient-funds'`); n != 1 {
 		t.Errorf("%d failed charges, want 1", n)
 	}
 	if n := f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'succeeded'`); n != 0 {
@@ -202,8 +202,24 @@ func TestFailedChargeProblemNamesTheCharge(t *testing.T) {
 	if got.status != http.StatusOK {
 		t.Fatalf("GET failed charge: %d %s", got.status, got.body)
 	}
-	if c := got.json(t); c["status"] != "failed" || c["failure_code"] != "insufficient_funds" {
-		t.Errorf("failed charge = %s", got.body)
+	// One spelling: the charge's failure_code is the problem's code.
+	if c := got.json(t); c["status"] != "failed" || c["failure_code"] != "insufficient-funds" || c["failure_code"] != r.code(t) {
+		t.Errorf("failed charge = %s, refused with the problem %s", got.body, r.body)
+	}
+	// So is the charge in its charge.failed event.
+	_, events := f.list("/v1/events?limit=100")
+	var failed int
+	for _, e := range events {
+		if e.Type == "charge.failed" {
+			failed++
+			var c map[string]any
+			if err := json.Unmarshal(e.Data, &c); err != nil || c["id"] != id || c["failure_code"] != r.code(t) {
+				t.Errorf("charge.failed event data = %s, want the charge %s with failure_code %s (%v)", e.Data, id, r.code(t), err)
+			}
+		}
+	}
+	if failed > 1 {
+		t.Errorf("%d charge.failed events, want at most 1", failed)
 	}
 }
 

@@ -87,7 +87,8 @@ type mediaError string
 func (e mediaError) Error() string        { return string(e) }
 func (e mediaError) Is(target error) bool { return target == errMediaType }
 
-// bodyError refuses a request's body or path, naming the member at fault.
+// bodyError refuses a request's body, path or query string, naming the
+// member or parameter at fault.
 type bodyError struct{ field, detail string }
 
 func (e *bodyError) Error() string        { return e.detail }

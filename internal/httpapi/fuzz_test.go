@@ -95,14 +95,15 @@ func FuzzDecode(f *testing.F) {
 // FuzzReadPost drives everything a POST goes through before its key is
 // claimed (Idempotency-Key, Content-Type, size, JSON) with arbitrary input. It
 // never panics; a refusal is a problem (400, 413 or 415) with its code; an
-// acceptance carries the header's key and the fingerprint of the canonical
-// body.
+// acceptance carries the key the header names (bare or quoted) and the
+// fingerprint of the canonical body.
 func FuzzReadPost(f *testing.F) {
 	f.Add("application/json", "550e8400-e29b-41d4-a716-446655440000", []byte(`{"amount":100}`))
 	f.Add("application/json; charset=utf-8", "k", []byte(`{ "amount" : 1 }`))
 	f.Add("text/plain", "k", []byte(`{"amount":1}`))
 	f.Add("application/json", "", []byte(`{"amount":1}`))
 	f.Add("application/json", "a b", []byte(`{"amount":1}`))
+	f.Add("application/json", `"k\"1"`, []byte(`{"amount":1}`))
 	f.Add("application/json; charset=latin1", "k", []byte(`{}`))
 	f.Add("application/json", "k", []byte(`{"amount":1,"extra":true}`))
 	srv := New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
@@ -131,8 +132,8 @@ func FuzzReadPost(f *testing.F) {
 		if w.Body.Len() != 0 {
 			t.Fatalf("accepted, but wrote %q", w.Body.Bytes())
 		}
-		if req.Key != key {
-			t.Fatalf("key %q, header %q", req.Key, key)
+		if want, err := idempotency.ParseKey(r.Header); err != nil || req.Key != want {
+			t.Fatalf("key %q, header %q naming %q (%v)", req.Key, key, want, err)
 		}
 		canonical, err := idempotency.Canonicalize(body)
 		if err != nil || req.Fingerprint != idempotency.NewFingerprint(http.MethodPost, path, canonical) {

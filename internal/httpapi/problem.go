@@ -23,7 +23,7 @@ var (
 	probKeyMissing = problemType{"idempotency-key-missing", http.StatusBadRequest, "Idempotency-Key header missing",
 		"Every POST under /v1 needs an Idempotency-Key header so it can be retried safely. Send a fresh UUID per operation and reuse it for that operation's retries."}
 	probKeyInvalid = problemType{"idempotency-key-invalid", http.StatusBadRequest, "Idempotency-Key header invalid",
-		"An Idempotency-Key is 1 to 255 visible ASCII characters (0x21-0x7E), sent once."}
+		"An Idempotency-Key is 1 to 255 visible ASCII characters (0x21-0x7E), sent once, bare (abc) or as a Structured Field string (\"abc\", RFC 8941) that holds such a key. The detail says what is wrong."}
 	probInvalidRequest = problemType{"invalid-request", http.StatusBadRequest, "Invalid request",
 		"The request body or parameters break the API's rules: malformed JSON, an unknown field, a wrong type, or a value out of range. The detail names the problem; nothing was stored or changed."}
 	probUnauthorized = problemType{"unauthorized", http.StatusUnauthorized, "Unauthorized",

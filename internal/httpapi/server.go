@@ -20,7 +20,6 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 
-	"github.com/exactlyonce/payments/internal/docs"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/payment"
@@ -97,27 +96,7 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 		s.fail(w, r, refused{methodName(r.Method) + " is not allowed on " + r.URL.Path, errMethodNotAllowed})
 	})
 
-	r.Get("/healthz", s.healthz)
-	r.Get("/readyz", s.readyz)
-	r.Get("/openapi.yaml", s.spec)
-	r.Get("/problems/{slug}", s.problemDoc)
-	if opts.Docs {
-		r.Mount("/docs", docs.Handler("/openapi.yaml", s.fail))
-	}
-
-	r.Route("/v1", func(r chi.Router) {
-		r.Use(s.authenticate)
-		r.Post("/accounts", s.createAccount)
-		r.Get("/accounts/{id}", s.getAccount)
-		r.Post("/accounts/{id}/deposits", s.createDeposit)
-		r.Get("/accounts/{id}/deposits/{depositID}", s.getDeposit)
-		r.Post("/charges", s.createCharge)
-		r.Get("/charges", s.listCharges)
-		r.Get("/charges/{id}", s.getCharge)
-		r.Post("/charges/{id}/refunds", s.createRefund)
-		r.Get("/charges/{id}/refunds/{refundID}", s.getRefund)
-		r.Get("/events", s.listEvents)
-	})
+	s.routes(r)
 	s.router = r
 	return s
 }

@@ -89,21 +89,51 @@ func TestFingerprintIgnoresFormattingOnly(t *testing.T) {
 }
 
 func TestParseKey(t *testing.T) {
+	id := uuid.NewString()
 	cases := []struct {
 		name   string
 		values []string
-		want   error
+		key    string // the key named, when accepted
+		err    error
+		detail string // what the refusal's message says
 	}{
-		{"uuid", []string{uuid.NewString()}, nil},
-		{"all visible ASCII", []string{"!~azAZ09-_.:/"}, nil},
-		{"255 bytes", []string{strings.Repeat("k", 255)}, nil},
-		{"absent", nil, ErrKeyMissing},
-		{"empty", []string{""}, ErrKeyInvalid},
-		{"256 bytes", []string{strings.Repeat("k", 256)}, ErrKeyInvalid},
-		{"space", []string{"a b"}, ErrKeyInvalid},
-		{"tab", []string{"a\tb"}, ErrKeyInvalid},
-		{"non-ASCII", []string{"ключ"}, ErrKeyInvalid},
-		{"sent twice", []string{"a", "b"}, ErrKeyInvalid},
+		{"uuid", []string{id}, id, nil, ""},
+		{"all visible ASCII", []string{"!~azAZ09-_.:/"}, "!~azAZ09-_.:/", nil, ""},
+		{"255 bytes", []string{strings.Repeat("k", 255)}, strings.Repeat("k", 255), nil, ""},
+		{"bare with a quote and a backslash inside", []string{`k"1\2`}, `k"1\2`, nil, ""},
+		{"bare ending with a quote", []string{`abc"`}, `abc"`, nil, ""},
+		{"absent", nil, "", ErrKeyMissing, ""},
+		{"empty", []string{""}, "", ErrKeyInvalid, "empty"},
+		{"256 bytes", []string{strings.Repeat("k", 256)}, "", ErrKeyInvalid, "256 characters long"},
+		{"space", []string{"a b"}, "", ErrKeyInvalid, "a space at position 2"},
+		{"tab", []string{"a\tb"}, "", ErrKeyInvalid, "a tab at position 2"},
+		{"non-ASCII", []string{"ключ"}, "", ErrKeyInvalid, "not ASCII"},
+		{"sent twice", []string{"a", "b"}, "", ErrKeyInvalid, "sent 2 times"},
+
+		{"quoted", []string{`"abc"`}, "abc", nil, ""},
+		{"quoted uuid", []string{`"` + id + `"`}, id, nil, ""},
+		{"quoted with escapes", []string{`"k\"1\\2"`}, `k"1\2`, nil, ""},
+		{"quoted, starting with a quote", []string{`"\"abc"`}, `"abc`, nil, ""},
+		{"quoted, spaces after", []string{"\"abc\" \t "}, "abc", nil, ""},
+		{"quoted 255 bytes", []string{`"` + strings.Repeat("k", 255) + `"`}, strings.Repeat("k", 255), nil, ""},
+		{"quoted 255 escapes", []string{`"` + strings.Repeat(`\\`, 255) + `"`}, strings.Repeat(`\`, 255), nil, ""},
+		{"quoted 256 bytes", []string{`"` + strings.Repeat("k", 256) + `"`}, "", ErrKeyInvalid, "256 characters long"},
+		{"no closing quote", []string{`"abc`}, "", ErrKeyInvalid, "no closing quote"},
+		{"a lone quote", []string{`"`}, "", ErrKeyInvalid, "no closing quote"},
+		{"the closing quote escaped", []string{`"abc\"`}, "", ErrKeyInvalid, "no closing quote"},
+		{"a backslash at the end", []string{`"abc\`}, "", ErrKeyInvalid, "no closing quote"},
+		{"escape of a letter", []string{`"a\bc"`}, "", ErrKeyInvalid, `a backslash before 'b'`},
+		{"escape of a space", []string{`"a\ b"`}, "", ErrKeyInvalid, "a backslash before a space"},
+		{"text after the string", []string{`"abc"d`}, "", ErrKeyInvalid, "after the closing quote"},
+		{"parameters", []string{`"abc";a=1`}, "", ErrKeyInvalid, "after the closing quote"},
+		{"a list of strings", []string{`"a", "b"`}, "", ErrKeyInvalid, "after the closing quote"},
+		{"empty string", []string{`""`}, "", ErrKeyInvalid, "empty string"},
+		{"tab inside", []string{"\"a\tb\""}, "", ErrKeyInvalid, "a tab, outside 0x20-0x7E"},
+		{"DEL inside", []string{"\"a\x7fb\""}, "", ErrKeyInvalid, "0x7F, outside"},
+		{"non-ASCII inside", []string{`"clé"`}, "", ErrKeyInvalid, "0xC3 (not ASCII), outside"},
+		{"space inside", []string{`"a b"`}, "", ErrKeyInvalid, "quoted Idempotency-Key has a space at position 2"},
+		{"quoted twice", []string{`"\"abc\""`}, `"abc"`, nil, ""},
+		{"quoted, sent twice", []string{`"a"`, `"a"`}, "", ErrKeyInvalid, "sent 2 times"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,11 +142,14 @@ func TestParseKey(t *testing.T) {
 				h.Add(Header, v)
 			}
 			got, err := ParseKey(h)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("ParseKey = %q, %v; want error %v", got, err, tc.want)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("ParseKey(%q) = %q, %v; want error %v", tc.values, got, err, tc.err)
 			}
-			if err == nil && got != tc.values[0] {
-				t.Errorf("ParseKey = %q, want %q", got, tc.values[0])
+			if err == nil && got != tc.key {
+				t.Errorf("ParseKey(%q) = %q, want %q", tc.values, got, tc.key)
+			}
+			if err != nil && !strings.Contains(err.Error(), tc.detail) {
+				t.Errorf("ParseKey(%q): %q does not say %q", tc.values, err, tc.detail)
 			}
 		})
 	}

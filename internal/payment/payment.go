@@ -57,8 +57,10 @@ const (
 )
 
 // FailureInsufficientFunds is the failure code of a charge refused because the
-// account's balance did not cover it.
-const FailureInsufficientFunds = "insufficient_funds"
+// account's balance did not cover it. It is spelt as the code of the problem
+// the refusal is answered with: machine-readable codes are kebab-case.
+// (Events written before migration 0010 spell it insufficient_funds.)
+const FailureInsufficientFunds = "insufficient-funds"
 
 // Charge is money taken from an account.
 type Charge struct {

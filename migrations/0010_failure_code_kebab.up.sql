@@ -1,0 +1,13 @@
+-- Machine-readable codes are kebab-case: the failure code of a charge the
+-- balance did not cover is spelt as the problem it is answered with,
+-- insufficient-funds, no longer insufficient_funds.
+--
+-- Only the charges are rewritten. Events are immutable once written (and
+-- were published as they are), so the payloads of charge.failed events
+-- written before this migration keep the former spelling; stored responses
+-- are replayed byte for byte and hold no failure code but null (a failed
+-- charge is answered with the insufficient-funds problem).
+--
+-- No constraint names the value: charges only check that a failed charge, and
+-- only a failed one, has a failure code.
+UPDATE charges SET failure_code = 'insufficient-funds' WHERE failure_code = 'insufficient_funds';
