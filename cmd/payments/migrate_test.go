@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,12 +15,14 @@ import (
 )
 
 // TestMigrateForceRecoversADirtySchema walks the recovery from a failed
-// migration on a real database: migration 8 "failed" having changed nothing
-// (it runs in a transaction), so the schema is dirty at 8 but matches 7.
-// migrate up refuses and says what to do; migrate force refuses versions no
-// migration has, before any warning; migrate force 7 warns and records 7,
-// clean; migrate up then applies 8. force -1 empties the version table.
+// migration on a real database: the newest migration, n, "failed" having
+// changed nothing (it runs in a transaction), so the schema is dirty at n but
+// matches n-1. migrate up refuses and says what to do; migrate force refuses
+// versions no migration has, before any warning; migrate force n-1 warns and
+// records n-1, clean; migrate up then applies n. force -1 empties the version
+// table.
 func TestMigrateForceRecoversADirtySchema(t *testing.T) {
+	n := newestMigration(t)
 	dbURL := pgtest.NewDatabase(t)
 	env := envOf(map[string]string{"DATABASE_URL": dbURL, "MIGRATE_WAIT": "5s"})
 	ctx := context.Background()
@@ -44,18 +49,18 @@ func TestMigrateForceRecoversADirtySchema(t *testing.T) {
 	if _, _, err := migrate("down"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `UPDATE schema_migrations SET version = 8, dirty = true`); err != nil {
+	if _, err := conn.Exec(ctx, `UPDATE schema_migrations SET version = $1, dirty = true`, n); err != nil {
 		t.Fatal(err)
 	}
 
 	_, _, err = migrate("up")
-	if err == nil || !strings.Contains(err.Error(), "the schema is dirty at version 8") ||
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the schema is dirty at version %d", n)) ||
 		!strings.Contains(err.Error(), "then run: payments migrate force N") {
 		t.Errorf("migrate up on a dirty schema = %v, want a refusal naming the version and migrate force", err)
 	}
 	t.Logf("migrate up on the dirty schema: %v", err)
-	if _, v, dirty := schema(); v != 8 || !dirty {
-		t.Fatalf("after the refusal: version %d, dirty %t; want 8, true", v, dirty)
+	if _, v, dirty := schema(); v != n || !dirty {
+		t.Fatalf("after the refusal: version %d, dirty %t; want %d, true", v, dirty, n)
 	}
 
 	for _, tc := range []struct {
@@ -65,7 +70,7 @@ func TestMigrateForceRecoversADirtySchema(t *testing.T) {
 		{[]string{"force"}, "name the version"},
 		{[]string{"force", "seven"}, `invalid VERSION "seven"`},
 		{[]string{"force", "-2"}, `invalid VERSION "-2"`},
-		{[]string{"force", "9"}, "no such migration 9: want -1 (none applied) or a migration's version, 1 to 8"},
+		{[]string{"force", fmt.Sprint(n + 1)}, fmt.Sprintf("no such migration %d: want -1 (none applied) or a migration's version, 1 to %d", n+1, n)},
 		{[]string{"force", "0"}, "no such migration 0"},
 	} {
 		out, errs, err := migrate(tc.args...)
@@ -73,31 +78,27 @@ func TestMigrateForceRecoversADirtySchema(t *testing.T) {
 			t.Errorf("migrate %s: %v, stdout %q, stderr %q; want an error containing %q and no output", strings.Join(tc.args, " "), err, out, errs, tc.want)
 		}
 	}
-	if _, v, dirty := schema(); v != 8 || !dirty {
-		t.Fatalf("after refused forces: version %d, dirty %t; want 8, true", v, dirty)
+	if _, v, dirty := schema(); v != n || !dirty {
+		t.Fatalf("after refused forces: version %d, dirty %t; want %d, true", v, dirty, n)
 	}
 
-	out, errs, err := migrate("force", "7")
+	out, errs, err := migrate("force", fmt.Sprint(n-1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != "schema version 7 (dirty: false)\n" {
-		t.Errorf("migrate force 7 printed %q", out)
+	if out != fmt.Sprintf("schema version %d (dirty: false)\n", n-1) {
+		t.Errorf("migrate force %d printed %q", n-1, out)
 	}
-	if !strings.HasPrefix(errs, "WARNING: migrate force records schema version 7 as applied and clean (it was 8, dirty: true).\n") ||
+	if !strings.HasPrefix(errs, fmt.Sprintf("WARNING: migrate force records schema version %d as applied and clean (it was %d, dirty: true).\n", n-1, n)) ||
 		!strings.Contains(errs, "It runs no migration and changes no table") {
-		t.Errorf("migrate force 7 warned %q", errs)
+		t.Errorf("migrate force %d warned %q", n-1, errs)
 	}
-	if rows, v, dirty := schema(); rows != 1 || v != 7 || dirty {
-		t.Fatalf("after force 7: %d rows, version %d, dirty %t; want 1, 7, false", rows, v, dirty)
+	if rows, v, dirty := schema(); rows != 1 || v != n-1 || dirty {
+		t.Fatalf("after force %d: %d rows, version %d, dirty %t; want 1, %d, false", n-1, rows, v, dirty, n-1)
 	}
 
-	if out, _, err := migrate("up"); err != nil || out != "schema version 8 (dirty: false)\n" {
-		t.Fatalf("migrate up after force 7 = %v, printed %q", err, out)
-	}
-	var cursor bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('outbox_cursor') IS NOT NULL`).Scan(&cursor); err != nil || !cursor {
-		t.Errorf("migration 8's outbox_cursor exists: %t (%v)", cursor, err)
+	if out, _, err := migrate("up"); err != nil || out != fmt.Sprintf("schema version %d (dirty: false)\n", n) {
+		t.Fatalf("migrate up after force %d = %v, printed %q", n-1, err, out)
 	}
 
 	if out, _, err := migrate("force", "-1", "--database-url", dbURL); err != nil || out != "schema version 0 (dirty: false)\n" {
@@ -106,4 +107,23 @@ func TestMigrateForceRecoversADirtySchema(t *testing.T) {
 	if rows, _, _ := schema(); rows != 0 {
 		t.Errorf("after force -1: %d rows in schema_migrations, want 0", rows)
 	}
+}
+
+// newestMigration is the highest version among migrations/*.up.sql.
+func newestMigration(t *testing.T) int64 {
+	t.Helper()
+	ups, err := filepath.Glob("../../migrations/*.up.sql")
+	if err != nil || len(ups) == 0 {
+		t.Fatalf("no migrations found (%v)", err)
+	}
+	var newest int64
+	for _, f := range ups {
+		prefix, _, _ := strings.Cut(filepath.Base(f), "_")
+		v, err := strconv.ParseInt(prefix, 10, 64)
+		if err != nil {
+			t.Fatalf("migration %s: %v", f, err)
+		}
+		newest = max(newest, v)
+	}
+	return newest
 }
