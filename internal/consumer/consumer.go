@@ -122,10 +122,19 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
+	attrs := []slog.Attr{
+		slog.String("event_id", payment.FormatID(payment.PrefixEvent, effect.EventID)),
+		slog.String("subject", msg.Subject()),
+		slog.String("merchant_id", effect.MerchantID.String()),
+		slog.String("account_id", payment.FormatID(payment.PrefixAccount, effect.AccountID)),
+		slog.Int64("delta", effect.Delta),
+	}
 	if applied {
 		c.Stats.Applied.Add(1)
+		c.log.LogAttrs(ctx, slog.LevelInfo, "event applied", attrs...)
 	} else {
 		c.Stats.Redelivery.Add(1)
+		c.log.LogAttrs(ctx, slog.LevelDebug, "event already applied; redelivery skipped", attrs...)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -264,6 +265,34 @@ func TestAccessLog(t *testing.T) {
 	}
 	if ms, ok := l["duration_ms"].(float64); !ok || ms < 0 || ms > float64(waited.Microseconds())/1000 {
 		t.Errorf("duration_ms %v, want between 0 and the %v the client waited", l["duration_ms"], waited)
+	}
+}
+
+// TestProbesAreNotAccessLogged: the health probes a load balancer sends every
+// few seconds are logged at DEBUG, so the service's INFO log (the fixture's,
+// as in production by default) holds none of them, while the API request
+// between them is there.
+func TestProbesAreNotAccessLogged(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i, path := range []string{"/healthz", "/readyz", "/v1/charges", "/healthz"} {
+		req := f.request(http.MethodGet, path, "", "")
+		req.Header.Set("X-Request-Id", fmt.Sprintf("probe-log-%d", i))
+		if r := f.do(req); r.status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+		}
+	}
+	logged := map[string]bool{}
+	for _, line := range strings.Split(f.logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == "request" {
+			if id, _ := l["request_id"].(string); strings.HasPrefix(id, "probe-log-") {
+				logged[id] = true
+			}
+		}
+	}
+	if len(logged) != 1 || !logged["probe-log-2"] {
+		t.Errorf("access log lines for %v; want only probe-log-2 (GET /v1/charges), not the probes:\n%s", logged, f.logs.String())
 	}
 }
 

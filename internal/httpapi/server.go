@@ -154,8 +154,10 @@ func methodName(m string) string {
 	return "OTHER"
 }
 
-// accessLog writes one structured line per request. It never logs headers or
-// bodies, which carry API keys and idempotency keys.
+// accessLog writes one structured line per request, at INFO, and at DEBUG for
+// the health probes (/healthz, /readyz): a load balancer or an orchestrator
+// asks every few seconds, and a line each time would bury the requests. It
+// never logs headers or bodies, which carry API keys and idempotency keys.
 func (s *Server) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -164,7 +166,11 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		route := chi.RouteContext(r.Context()).RoutePattern()
 		method := methodName(r.Method)
 		s.opts.Metrics.Request(route, method, ww.Status(), time.Since(start))
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		level := slog.LevelInfo
+		if route == "/healthz" || route == "/readyz" {
+			level = slog.LevelDebug
+		}
+		s.log.LogAttrs(r.Context(), level, "request",
 			slog.String("request_id", requestIDFrom(r.Context())),
 			slog.String("method", method),
 			slog.String("route", route),

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/exactlyonce/payments/internal/consumer"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/relay"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestEveryEventPublishedOnceInOrder: each committed event reaches the stream
@@ -231,7 +233,7 @@ func TestCrashBetweenPublishAndMarkIsDeduplicated(t *testing.T) {
 		t.Errorf("%d messages in the stream, want %d", n, events)
 	}
 
-	c := e.startConsumer()
+	c := e.startConsumer(e.log)
 	e.waitUntil("the consumer applied every event", func() bool { return c.Stats.Applied.Load() == int64(events) })
 	balance, applied, err := consumer.NewInbox(e.store.Pool()).ProjectedBalance(context.Background(), e.merchant, acct)
 	if err != nil || balance != 700 || applied != int64(events) {
@@ -241,7 +243,8 @@ func TestCrashBetweenPublishAndMarkIsDeduplicated(t *testing.T) {
 
 // TestConsumerAppliesEachEventOnce drives the consumer end to end, then
 // redelivers every event: the projection must equal the real balances.
-// Some charges fail, so charge.failed events go through too.
+// Some charges fail, so charge.failed events go through too. The consumer
+// logs each event it applies, once, at INFO.
 func TestConsumerAppliesEachEventOnce(t *testing.T) {
 	const (
 		deposit = 2000
@@ -251,7 +254,8 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 	)
 	e := setup(t)
 	e.startRelay()
-	c := e.startConsumer()
+	logs := &testkit.LogBuffer{}
+	c := e.startConsumer(slog.New(slog.NewJSONHandler(logs, nil)))
 	accounts := []uuid.UUID{e.account(deposit), e.account(deposit)}
 	for i := range 2 * charges {
 		e.charge(accounts[i%2], amount)
@@ -269,6 +273,24 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 	}
 	if inOutbox != failed || inStream != failed {
 		t.Fatalf("charge.failed: %d events in the outbox, %d messages in the stream; want %d of each", inOutbox, inStream, failed)
+	}
+	logged := map[string]int{}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var l struct {
+			Level, Msg string
+			EventID    string `json:"event_id"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "event applied" && l.Level == "INFO" {
+			logged[l.EventID]++
+		}
+	}
+	if int64(len(logged)) != events {
+		t.Errorf("%d events logged as applied, want %d", len(logged), events)
+	}
+	for id, n := range logged {
+		if n != 1 {
+			t.Errorf("event %s logged as applied %d times", id, n)
+		}
 	}
 
 	// A redelivery of everything, as after a consumer crash before its acks.
@@ -324,10 +346,11 @@ func TestOneRelayLeadsAndAnotherTakesOver(t *testing.T) {
 	}
 }
 
-// startConsumer runs the worked-example consumer until the test ends.
-func (e *env) startConsumer() *consumer.Consumer {
+// startConsumer runs the worked-example consumer, logging to log, until the
+// test ends.
+func (e *env) startConsumer(log *slog.Logger) *consumer.Consumer {
 	e.t.Helper()
-	c, err := consumer.New(consumer.NewInbox(e.store.Pool()), e.nats.Connect(), e.log)
+	c, err := consumer.New(consumer.NewInbox(e.store.Pool()), e.nats.Connect(), log)
 	if err != nil {
 		e.t.Fatal(err)
 	}
