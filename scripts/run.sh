@@ -3,9 +3,11 @@
 #
 #  1. PostgreSQL: with DATABASE_URL set, that server; else, when a Docker engine
 #     answers, the postgres and nats services of docker-compose.yml (nats not when
-#     NATS_URL is set), published on POSTGRES_PORT and NATS_PORT, with NATS_URL
-#     following NATS_PORT; a port that is already taken is reported with the
-#     service and the variable that moves it. Else a PostgreSQL on localhost:5432
+#     NATS_URL is set): a service of the stack that runs already is used where it
+#     runs, whatever its port; one that does not is started on POSTGRES_PORT or
+#     NATS_PORT, read as docker compose reads them (the environment, else .env),
+#     and a port that is already taken is reported with the one variable that
+#     moves it. Else a PostgreSQL on localhost:5432
 #     (user postgres, no password; migrate creates database payments) and
 #     whatever NATS answers on NATS_URL, default localhost:4222 (the relay waits
 #     for one, events stay in the outbox meanwhile).
@@ -13,10 +15,12 @@
 #  3. Prints a curl session with the merchant's API key, and serves on HTTP_ADDR,
 #     with Prometheus metrics on METRICS_ADDR.
 #
-# Environment: DATABASE_URL, NATS_URL, HTTP_ADDR (default :8080), METRICS_ADDR
-# (default 127.0.0.1:9464; off: none), POSTGRES_PORT
-# and NATS_PORT (host ports of the Compose postgres and nats, default 5432 and
-# 4222).
+# Environment: DATABASE_URL, NATS_URL, HTTP_ADDR (default 127.0.0.1:8080),
+# METRICS_ADDR (default 127.0.0.1:9464; off: none), POSTGRES_PORT and NATS_PORT
+# (host ports of the Compose postgres and nats, default 5432 and 4222; keep
+# moved ones in .env, which docker compose reads too). A port make run needs
+# that is taken fails it before anything starts, naming the variable to set;
+# the hint keeps the variables already set.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,41 +31,82 @@ die() {
 }
 # port_open HOST PORT: whether something accepts TCP connections there.
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+# The variables the caller set, kept in every hint so that following one does
+# not undo another.
+given=()
+for var in DATABASE_URL NATS_URL HTTP_ADDR METRICS_ADDR POSTGRES_PORT NATS_PORT; do
+	[ -z "${!var:-}" ] || given+=("$var=${!var}")
+done
+# hint VAR=VALUE: the command to run again, with VAR=VALUE and what was given;
+# or, when .env set VAR, the line to change there (docker compose reads it too).
+hint() {
+	local kept=() g var=${1%%=*}
+	for g in "${given[@]}"; do [ "${g%%=*}" = "$var" ] || kept+=("$g"); done
+	if [ -z "${!var:-}" ] && [ -f .env ] && grep -Eq "^[[:space:]]*$var[[:space:]]*=" .env; then
+		echo "change the line $var= of .env to $1, then: ${kept[*]:+${kept[*]} }make run"
+	else
+		echo "${kept[*]:+${kept[*]} }$1 make run"
+	fi
+}
+# compose_var VAR: VAR as docker compose reads it: the environment's, else the
+# last VAR= line of .env (quotes dropped), else empty.
+compose_var() {
+	if [ -n "${!1:-}" ]; then
+		printf '%s' "${!1}"
+	elif [ -f .env ]; then
+		sed -n "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*//p" .env | tail -n 1 | tr -d "\"'\r"
+	fi
+}
 # port_variable SERVICE: the variable that moves the host port of a Compose service.
 port_variable() {
 	case $1 in
 	postgres) echo POSTGRES_PORT ;;
 	nats) echo NATS_PORT ;;
-	payments) echo HTTP_PORT ;;
 	esac
 }
-# published_port SERVICE: the host port docker-compose.yml publishes it on.
-published_port() {
+# container_port SERVICE: the port the service listens on in its container.
+container_port() {
 	case $1 in
-	postgres) echo "${POSTGRES_PORT:-5432}" ;;
-	nats) echo "${NATS_PORT:-4222}" ;;
-	payments) echo "${HTTP_PORT:-8080}" ;;
+	postgres) echo 5432 ;;
+	nats) echo 4222 ;;
 	esac
 }
-# clash_hint LOG: what to do about a failed docker compose up whose output is in
-# LOG: the service whose port was taken and the variable that moves it.
-clash_hint() {
-	local service port
-	for service in postgres nats payments; do
-		port=$(published_port "$service")
-		if grep -Eq "[:.]$port\b.*(already allocated|already in use)|(already allocated|already in use).*[:.]$port\b" "$1"; then
-			echo "Port $port of $service is taken; move it: $(port_variable "$service")=$((port + 1)) make run"
-			return
-		fi
-	done
-	echo "If a port is taken, move it: POSTGRES_PORT (postgres, now $(published_port postgres)) or NATS_PORT (nats, now $(published_port nats)), e.g. POSTGRES_PORT=5433 make run"
+# published_port SERVICE: the host port docker compose publishes it on.
+published_port() {
+	local p
+	p=$(compose_var "$(port_variable "$1")")
+	echo "${p:-$(container_port "$1")}"
+}
+# running_port SERVICE: the host port of the stack's running SERVICE, or
+# nothing when it does not run.
+running_port() {
+	local where
+	where=$(docker compose port "$1" "$(container_port "$1")" 2>/dev/null | tail -n 1) || return 0
+	[ -z "$where" ] || echo "${where##*:}"
+}
+# free_or_die PORT WHAT VAR=VALUE: stop at once when PORT is taken.
+free_or_die() {
+	if port_open 127.0.0.1 "$1"; then
+		die "port $1 is taken ($2)." "Move it: $(hint "$3")"
+	fi
 }
 
 command -v go >/dev/null 2>&1 ||
 	die "Go is not installed (or not on PATH): install Go 1.26 or newer from https://go.dev/dl/ and run make run again."
 
-export HTTP_ADDR=${HTTP_ADDR:-:8080}
+# Loopback by default: a development server is not for the network.
+export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
 export METRICS_ADDR=${METRICS_ADDR:-127.0.0.1:9464}
+# The server's own ports first, so that a clash (the stack's payments service
+# holds 8080 and 9464) stops make run before it starts or prints anything.
+http_port=${HTTP_ADDR##*:}
+free_or_die "$http_port" "HTTP_ADDR=$HTTP_ADDR; the Compose payments service, say: docker compose ps" \
+	"HTTP_ADDR=127.0.0.1:$((http_port + 1))"
+if [ "$METRICS_ADDR" != off ]; then
+	metrics_port=${METRICS_ADDR##*:}
+	free_or_die "$metrics_port" "METRICS_ADDR=$METRICS_ADDR; another payments serve, say" \
+		"METRICS_ADDR=127.0.0.1:$((metrics_port + 1))"
+fi
 
 # --- 1. PostgreSQL ---------------------------------------------------------------
 if [ -n "${DATABASE_URL:-}" ]; then
@@ -70,35 +115,44 @@ elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
 	docker compose version >/dev/null 2>&1 ||
 		die "Docker answers, but the Compose plugin is missing ('docker compose version' fails)." \
 			"Install Docker Compose v2 (https://docs.docker.com/compose/install/), or set DATABASE_URL to a PostgreSQL of your own."
-	pg_port=${POSTGRES_PORT:-5432}
-	nats_port=${NATS_PORT:-4222}
 	services=(postgres)
 	if [ -n "${NATS_URL:-}" ]; then
 		say "using the NATS in NATS_URL"
 	else
 		services+=(nats)
-		export NATS_URL="nats://127.0.0.1:$nats_port"
 	fi
-	# A port taken by something other than this project's own container would
-	# make docker compose fail with a message about the port alone.
-	running=$(docker compose ps --status running --services 2>/dev/null || true)
+	# A service of the stack that runs is used where it runs: docker compose up
+	# would recreate it on the port the variables say now, stopping it. One
+	# that does not run is started, after checking its port, since a port taken
+	# by something else makes docker compose fail with a message about the port
+	# alone and the container left stopped.
+	to_start=()
 	for service in "${services[@]}"; do
-		port=$(published_port "$service")
-		if ! grep -qx "$service" <<<"$running" && port_open 127.0.0.1 "$port"; then
-			die "port $port is taken (another $service, say), and docker compose would publish $service there." \
-				"Move it: $(port_variable "$service")=$((port + 1)) make run"
+		want=$(published_port "$service")
+		port=$(running_port "$service")
+		if [ -z "$port" ]; then
+			free_or_die "$want" "another $service, say; docker compose would publish $service there" \
+				"$(port_variable "$service")=$((want + 1))"
+			port=$want
+			to_start+=("$service")
+			export "$(port_variable "$service")=$want"
+		elif [ "$port" != "$want" ]; then
+			say "the stack's $service runs on port $port, not $want: using it there (put $(port_variable "$service")=$port in .env to keep it)"
 		fi
+		case $service in
+		postgres) pg_port=$port ;;
+		nats) export NATS_URL="nats://127.0.0.1:$port" ;;
+		esac
 	done
 	where="PostgreSQL on localhost:$pg_port"
-	[ "${#services[@]}" -eq 1 ] || where="$where, NATS on localhost:$nats_port"
-	say "Docker engine found: starting ${services[*]} with docker compose ($where)"
-	compose_log=$(mktemp)
-	if ! POSTGRES_PORT=$pg_port NATS_PORT=$nats_port docker compose up -d --wait "${services[@]}" 2>&1 | tee "$compose_log" >&2; then
-		hint=$(clash_hint "$compose_log")
-		rm -f "$compose_log"
-		die "docker compose could not start ${services[*]} (see above)." "$hint"
+	[ "${#services[@]}" -eq 1 ] || where="$where, NATS on ${NATS_URL#nats://}"
+	if [ "${#to_start[@]}" -eq 0 ]; then
+		say "Docker engine found: the Compose stack runs already ($where)"
+	else
+		say "Docker engine found: starting ${to_start[*]} with docker compose ($where)"
+		docker compose up -d --wait "${to_start[@]}" >&2 ||
+			die "docker compose could not start ${to_start[*]} (see above; 'docker compose ps -a' and 'docker compose logs' say more)."
 	fi
-	rm -f "$compose_log"
 	migrate_hint="The postgres service of docker-compose.yml is on localhost:$pg_port; 'docker compose logs postgres' shows its side."
 	export DATABASE_URL="postgres://postgres:postgres@127.0.0.1:$pg_port/payments?sslmode=disable"
 else
