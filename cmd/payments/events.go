@@ -32,36 +32,48 @@ func connectNATS(url string, log *slog.Logger) (*nats.Conn, error) {
 	return nc, nil
 }
 
-func newRelay(cfg config, store *postgres.Store, log *slog.Logger) (*relay.Relay, *nats.Conn, error) {
+// newRelay connects to NATS and returns a relay of store's outbox, its
+// series registered on m: the same in serve and in payments relay.
+func newRelay(cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (*relay.Relay, *nats.Conn, error) {
 	nc, err := connectNATS(cfg.NATSURL, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := relay.New(store, nc, log, relay.Options{Batch: cfg.RelayBatch, Poll: cfg.RelayPoll, Retention: cfg.EventRetention})
+	r, err := relay.New(store, nc, log, relay.Options{Batch: cfg.RelayBatch, Poll: cfg.RelayPoll, Retention: cfg.EventRetention,
+		Observer: m.Relay(relay.FailureReasons)})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
+	relayMetrics(m, r)
 	return r, nc, nil
 }
 
-// relayOnly runs the outbox relay alone until ctx ends.
+// relayOnly runs the outbox relay alone until ctx ends, its metrics on
+// METRICS_ADDR.
 func relayOnly(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, log, store, err := open(ctx, "relay", args, getenv, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	r, nc, err := newRelay(cfg, store, log)
+	m := metrics.NewProcess()
+	r, nc, err := newRelay(cfg, store, log, m)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	stopMetrics, err := serveMetrics("relay", cfg.MetricsAddr, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	log.Info("relay starting", "nats", cfg.NATSURL)
 	return r.Run(ctx)
 }
 
-// consume runs the worked-example consumer until ctx ends.
+// consume runs the worked-example consumer until ctx ends, its metrics on
+// METRICS_ADDR.
 func consume(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, log, err := configure("consume", args, getenv, stdout, stderr)
 	if err != nil {
@@ -83,6 +95,13 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
+	m := metrics.NewProcess()
+	consumerMetrics(m, c)
+	stopMetrics, err := serveMetrics("consume", cfg.MetricsAddr, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	log.Info("consumer starting", "nats", cfg.NATSURL, "durable", consumer.Name)
 	return c.Run(ctx)
 }

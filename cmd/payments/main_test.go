@@ -161,6 +161,15 @@ func TestServeEndToEnd(t *testing.T) {
 	if !strings.Contains(metrics, `payments_charges_total{status="succeeded"} 1`) {
 		t.Errorf("the metrics lack the charge:\n%s", metrics)
 	}
+	// The relay inside serve exports the relay's series on serve's listener:
+	// the three events the consumer applied (account, deposit, charge), each
+	// timed from its commit to its acknowledgement.
+	for _, series := range []string{"payments_relay_published_total 3\n", "payments_relay_commit_to_publish_seconds_count 3\n",
+		"payments_relay_batch_events_sum 3\n", `payments_relay_publish_failures_total{reason="timeout"} 0` + "\n"} {
+		if !strings.Contains(metrics, series) {
+			t.Errorf("serve's metrics lack %q", strings.TrimSpace(series))
+		}
+	}
 	// The charge batcher's series, which PaymentsChargePathStuck compares:
 	// the bound is IDEMPOTENCY_WAIT + COMMIT_WAIT, 5 s each by default.
 	for _, series := range []string{"payments_charge_batch_age_seconds 0\n", "payments_charge_batch_stuck_after_seconds 10\n",
@@ -182,20 +191,26 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 }
 
-var metricsListening = regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)"`)
-
-// waitForMetricsAddr returns the METRICS_ADDR listener's address, once serve
-// has logged it.
+// waitForMetricsAddr returns the address of serve's METRICS_ADDR listener,
+// once serve has logged it.
 func waitForMetricsAddr(t *testing.T, logs *testkit.LogBuffer) string {
 	t.Helper()
+	return waitForMetricsOf(t, logs, "serve")
+}
+
+// waitForMetricsOf returns the address of command's METRICS_ADDR listener
+// (serve, relay or consume), once it has logged it.
+func waitForMetricsOf(t *testing.T, logs *testkit.LogBuffer, command string) string {
+	t.Helper()
+	listening := regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)","command":"` + command + `"`)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := metricsListening.FindStringSubmatch(logs.String()); m != nil {
+		if m := listening.FindStringSubmatch(logs.String()); m != nil {
 			return m[1]
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("serve did not report its metrics address; logs:\n%s", logs.String())
+	t.Fatalf("%s did not report its metrics address; logs:\n%s", command, logs.String())
 	return ""
 }
 

@@ -3,36 +3,50 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
+	"github.com/exactlyonce/payments/internal/consumer"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/relay"
 )
 
-// serveMetrics serves h at /metrics on its own listener at addr
-// (METRICS_ADDR), never on the API's: what a scrape shows is for operators. It
-// returns a function that stops it.
-func serveMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+// serveMetrics serves m at /metrics, and liveness at /healthz, on their own
+// listener at addr (METRICS_ADDR), never on the API's: what a scrape shows is
+// for operators. Every long-running command (serve, relay, consume) has one,
+// unless METRICS_ADDR is off (addr ""); it is logged with the command's name.
+// m gets payments_build_info first. It returns a function that stops it.
+func serveMetrics(command, addr string, m *metrics.Metrics, log *slog.Logger) (stop func(), err error) {
+	if addr == "" { // METRICS_ADDR=off
+		return func() {}, nil
+	}
+	b := currentBuild()
+	m.BuildInfo(b.Version, b.Commit, b.GoVersion)
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", h)
-	return serveAside("METRICS_ADDR", addr, mux, log, "metrics listening")
+	mux.Handle("GET /metrics", m.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	return serveAside("METRICS_ADDR", addr, mux, log, "metrics listening", "command", command)
 }
 
 // serveAside serves h on a listener of its own at addr, the value of the
-// variable named setting, and logs msg with the address it got. It returns a
-// function that stops it.
-func serveAside(setting, addr string, h http.Handler, log *slog.Logger, msg string) (stop func(), err error) {
+// variable named setting, and logs msg with the address it got and attrs. It
+// returns a function that stops it.
+func serveAside(setting, addr string, h http.Handler, log *slog.Logger, msg string, attrs ...any) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s %s: %w", setting, addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: maxHeaderBytes}
 	go func() { _ = srv.Serve(ln) }()
-	log.Info(msg, "addr", ln.Addr().String())
+	log.Info(msg, append([]any{"addr", ln.Addr().String()}, attrs...)...)
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -70,7 +84,8 @@ func janitorMetrics(m *metrics.Metrics, janitor *idempotency.Janitor) {
 		})
 }
 
-// relayMetrics registers the counters of serve's relay and whether it leads.
+// relayMetrics registers the counters of a relay (serve's or payments relay's)
+// and whether it leads.
 func relayMetrics(m *metrics.Metrics, r *relay.Relay) {
 	m.CounterFunc("payments_relay_published_total", "Events the broker stored.", func() float64 { return float64(r.Stats.Published.Load()) })
 	m.CounterFunc("payments_relay_duplicates_total", "Republished events the broker recognised.", func() float64 { return float64(r.Stats.Duplicates.Load()) })
@@ -81,4 +96,17 @@ func relayMetrics(m *metrics.Metrics, r *relay.Relay) {
 		}
 		return 0
 	})
+}
+
+// consumerMetrics registers what the consumer has applied and what failed.
+func consumerMetrics(m *metrics.Metrics, c *consumer.Consumer) {
+	load := func(n *atomic.Int64) func() float64 { return func() float64 { return float64(n.Load()) } }
+	m.CounterFunc("payments_consumer_applied_total", "Events applied to the balance projection for the first time.", load(&c.Stats.Applied))
+	m.CounterFunc("payments_consumer_redelivered_total", "Events already applied (found in the inbox), acknowledged again.", load(&c.Stats.Redelivery))
+	m.LabeledCounterFunc("payments_consumer_failures_total",
+		"Consumer failures by reason: receive, apply (the event is redelivered), unreadable (terminated), ack (redelivered and skipped).",
+		"reason", map[string]func() float64{
+			"receive": load(&c.Stats.ReceiveErrors), "apply": load(&c.Stats.ApplyErrors),
+			"unreadable": load(&c.Stats.Unreadable), "ack": load(&c.Stats.AckErrors),
+		})
 }

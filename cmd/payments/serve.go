@@ -26,8 +26,6 @@ const maxHeaderBytes = 16 << 10
 // sampler, the metrics listener and the janitor, and close the store last.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	m := metrics.New()
-	b := currentBuild()
-	m.BuildInfo(b.Version, b.Commit, b.GoVersion)
 	cfg, log, store, err := open(ctx, "serve", args, getenv, stdout, stderr, m)
 	if err != nil {
 		return err
@@ -59,13 +57,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer ln.Close() // in case serving never starts; Shutdown closes it too
 	log.Info("listening", "addr", ln.Addr().String())
-	if cfg.MetricsAddr != "" {
-		stopMetrics, err := serveMetrics(cfg.MetricsAddr, m.Handler(), log)
-		if err != nil {
-			return err
-		}
-		defer stopMetrics()
+	stopMetrics, err := serveMetrics("serve", cfg.MetricsAddr, m, log)
+	if err != nil {
+		return err
 	}
+	defer stopMetrics()
 	// The outbox is sampled in the background on a connection of its own, for
 	// the gauges and the warning about held events: a scrape does no database
 	// work, and sampling takes no connection from payments.
@@ -151,11 +147,10 @@ func runBackground(ctx context.Context, loop func(context.Context)) (stop func()
 // its metrics registered on m. stop ends the relay, logs the error it ended
 // with, if any, and then closes the NATS connection.
 func startRelay(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (stop func(), err error) {
-	r, nc, err := newRelay(cfg, store, log)
+	r, nc, err := newRelay(cfg, store, log, m)
 	if err != nil {
 		return nil, err
 	}
-	relayMetrics(m, r)
 	var runErr error
 	stopRun := runBackground(ctx, func(ctx context.Context) { runErr = r.Run(ctx) })
 	return func() {

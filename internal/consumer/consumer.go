@@ -28,6 +28,10 @@ const Name = "balances"
 type Stats struct {
 	Applied    atomic.Int64 // events applied for the first time
 	Redelivery atomic.Int64 // events already applied, acknowledged again
+	// What failed: a message not received, an event not applied (it is
+	// redelivered), an unreadable event (terminated), an acknowledgement lost
+	// (the event is redelivered and skipped).
+	ReceiveErrors, ApplyErrors, Unreadable, AckErrors atomic.Int64
 }
 
 // Consumer applies events to the balance projection.
@@ -89,22 +93,26 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
+			c.Stats.ReceiveErrors.Add(1)
 			c.log.Warn("receive event", "error", err)
 			continue
 		}
 		err = c.handle(ctx, msg)
 		if errors.Is(err, errUnreadable) {
 			// It will never become readable: stop its redelivery, loudly.
+			c.Stats.Unreadable.Add(1)
 			c.log.Error("unreadable event terminated", "error", err, "subject", msg.Subject())
 			_ = msg.Term()
 			continue
 		}
 		if err != nil {
+			c.Stats.ApplyErrors.Add(1)
 			c.log.Warn("event not applied; it will be redelivered", "error", err, "subject", msg.Subject())
 			_ = msg.NakWithDelay(time.Second)
 			continue
 		}
 		if err := msg.Ack(); err != nil {
+			c.Stats.AckErrors.Add(1)
 			c.log.Warn("ack event; it will be redelivered and skipped", "error", err)
 		}
 	}

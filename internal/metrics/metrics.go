@@ -38,32 +38,38 @@ const (
 	OutcomeExpired  = "expired"  // a key past its retention was found and forgotten
 )
 
-// New returns metrics registered on a fresh registry, with the Go runtime and
-// process collectors.
-func New() *Metrics {
+// NewProcess returns metrics registered on a fresh registry with only the Go
+// runtime and process collectors: what every process exports before its own
+// series (payments relay and payments consume add theirs). The HTTP API's
+// methods (Request, Idempotency, Charge, ChargeAbandoned) are New's.
+func NewProcess() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := &Metrics{
-		reg: reg,
-		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "payments_http_request_duration_seconds",
-			Help:    "HTTP request duration by route pattern, method and status.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"route", "method", "status"}),
-		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payments_idempotency_outcomes_total",
-			Help: "Requests by what their Idempotency-Key meant: claimed, replayed, mismatch, in_use, expired.",
-		}, []string{"outcome"}),
-		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payments_charges_total",
-			Help: "Charges executed (replays not counted) by status: succeeded, failed.",
-		}, []string{"status"}),
-	}
+	return &Metrics{reg: reg}
+}
+
+// New returns NewProcess's metrics and the HTTP API's series: what payments
+// serve exports.
+func New() *Metrics {
+	m := NewProcess()
+	m.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "payments_http_request_duration_seconds",
+		Help:    "HTTP request duration by route pattern, method and status.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"route", "method", "status"})
+	m.idempotency = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "payments_idempotency_outcomes_total",
+		Help: "Requests by what their Idempotency-Key meant: claimed, replayed, mismatch, in_use, expired.",
+	}, []string{"outcome"})
+	m.charges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "payments_charges_total",
+		Help: "Charges executed (replays not counted) by status: succeeded, failed.",
+	}, []string{"status"})
 	m.abandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "payments_charges_abandoned_total",
 		Help: "Charges whose client left before its answer, by what became of them: executed, replayed, not_executed, failed.",
 	}, []string{"outcome"})
-	reg.MustRegister(m.requests, m.idempotency, m.charges, m.abandoned)
+	m.reg.MustRegister(m.requests, m.idempotency, m.charges, m.abandoned)
 	for _, o := range []string{OutcomeClaimed, OutcomeReplayed, OutcomeMismatch, OutcomeInUse, OutcomeExpired} {
 		m.idempotency.WithLabelValues(o)
 	}

@@ -51,6 +51,9 @@ type Options struct {
 	// MaxBackoff caps the wait between attempts while NATS or the database is
 	// down (default 5s).
 	MaxBackoff time.Duration
+	// Observer is told what the relay publishes and what fails, for the
+	// metrics (default: nothing is told).
+	Observer Observer
 }
 
 func (o Options) withDefaults() Options {
@@ -98,6 +101,9 @@ func New(store payment.Outbox, nc *nats.Conn, log *slog.Logger, opts Options) (*
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if opts.Observer == nil {
+		opts.Observer = noObserver{}
 	}
 	return &Relay{store: store, js: js, log: log, opts: opts.withDefaults()}, nil
 }
@@ -181,6 +187,7 @@ func (r *Relay) ensureStream(ctx context.Context) error {
 		})
 	}
 	if err != nil {
+		r.failed(ctx, FailStream)
 		return fmt.Errorf("stream %s: %w", Stream, err)
 	}
 	return nil
@@ -225,7 +232,13 @@ func (r *Relay) relayBatch(ctx context.Context, lease payment.OutboxLease) (int,
 		prev = id
 	}
 
-	acked, ackErr := r.awaitAcks(ctx, futures)
+	acked, ackErr := r.awaitAcks(ctx, futures, events)
+	if acked > 0 {
+		r.opts.Observer.Batch(acked)
+	}
+	if sendErr != nil && ackErr == nil { // awaitAcks told of its own failure
+		r.failed(ctx, FailSend)
+	}
 	if r.beforeMark != nil && acked > 0 {
 		if err := r.beforeMark(); err != nil {
 			return 0, errors.Join(errStopped, err)
@@ -243,8 +256,9 @@ func (r *Relay) relayBatch(ctx context.Context, lease payment.OutboxLease) (int,
 }
 
 // awaitAcks waits for the acknowledgements in order and returns how many of
-// the first ones succeeded, and the first failure.
-func (r *Relay) awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) (int, error) {
+// the first ones succeeded, and the first failure. futures[i] publishes
+// events[i].
+func (r *Relay) awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture, events []payment.OutboxEvent) (int, error) {
 	timeout := time.NewTimer(ackTimeout)
 	defer timeout.Stop()
 	for i, f := range futures {
@@ -254,16 +268,27 @@ func (r *Relay) awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture)
 				r.Stats.Duplicates.Add(1)
 			} else {
 				r.Stats.Published.Add(1)
+				r.opts.Observer.Published(sinceCommit(events[i].CreatedAt))
 			}
 		case err := <-f.Err():
+			r.failed(ctx, FailRefused)
 			return i, fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 		case <-timeout.C:
+			r.failed(ctx, FailTimeout)
 			return i, fmt.Errorf("no acknowledgement from NATS within %s", ackTimeout)
 		case <-ctx.Done():
 			return i, ctx.Err()
 		}
 	}
 	return len(futures), nil
+}
+
+// failed tells the observer of a failed round, unless ctx has ended: a relay
+// stopping is no failure.
+func (r *Relay) failed(ctx context.Context, reason string) {
+	if ctx.Err() == nil {
+		r.opts.Observer.Failed(reason)
+	}
 }
 
 func (r *Relay) prune(ctx context.Context, lease payment.OutboxLease) error {
