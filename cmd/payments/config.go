@@ -20,6 +20,7 @@ type config struct {
 	CommitWait      time.Duration
 	DBMaxConns      int32
 	ShutdownTimeout time.Duration
+	ShutdownDelay   time.Duration
 	LogLevel        slog.Level
 	NATSURL         string
 	RelayEnabled    bool
@@ -100,7 +101,9 @@ func (c *config) settings() []setting {
 			durationAtLeast(&c.MetricsSample, time.Second)},
 		{"EVENTS_HELD_WARN", "events-held-warn", "30s", "log a warning naming the transaction that holds events back (the event horizon) once an event has waited this long; sampled every METRICS_SAMPLE",
 			durationInto(&c.EventsHeldWarn)},
-		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
+		{"SHUTDOWN_DELAY", "shutdown-delay", "5s", "after SIGTERM, how long every request is still served while /readyz answers 503, so that load balancers stop sending traffic before the listener closes; 0 disables",
+			durationOrZero(&c.ShutdownDelay)},
+		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish once the listener has closed (after SHUTDOWN_DELAY)",
 			durationInto(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",
 			parser{"level", func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }}},
@@ -275,6 +278,18 @@ func durationInto(d *time.Duration) parser {
 		parsed, err := time.ParseDuration(v)
 		if err != nil || parsed <= 0 {
 			return fmt.Errorf("want a positive duration such as 5s or 24h, got %q", v)
+		}
+		*d = parsed
+		return nil
+	}}
+}
+
+// durationOrZero parses a duration of 0 or more into d.
+func durationOrZero(d *time.Duration) parser {
+	return parser{"duration", func(v string) error {
+		parsed, err := time.ParseDuration(v)
+		if err != nil || parsed < 0 {
+			return fmt.Errorf("want a duration such as 5s, or 0 for none, got %q", v)
 		}
 		*d = parsed
 		return nil

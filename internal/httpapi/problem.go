@@ -54,13 +54,15 @@ var (
 		"Something failed inside the service. Nothing was changed; retrying with the same Idempotency-Key is safe."}
 	probUnavailable = problemType{"service-unavailable", http.StatusServiceUnavailable, "Service unavailable",
 		"The database cannot be reached right now. Nothing was changed, or the change completed and a retry with the same Idempotency-Key returns it; retry after the Retry-After delay."}
+	probShuttingDown = problemType{"shutting-down", http.StatusServiceUnavailable, "Shutting down",
+		"This replica has been asked to stop (SIGTERM). It still serves every request it is sent until its load balancer has moved traffic away (SHUTDOWN_DELAY), then finishes those in flight and stops; only its readiness (/readyz) says so."}
 )
 
 var problemCatalogue = []problemType{
 	probKeyMissing, probKeyInvalid, probInvalidRequest, probUnauthorized, probInsufficientFunds,
 	probNotFound, probAccountNotFound, probMethodNotAllowed, probKeyInUse, probTooLarge,
 	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
-	probInternal, probUnavailable,
+	probInternal, probUnavailable, probShuttingDown,
 }
 
 // errorProblems maps domain errors to problem types: the one table that turns
@@ -79,6 +81,8 @@ var errorProblems = []struct {
 	{payment.ErrCurrencyMismatch, probCurrencyMismatch},
 	{payment.ErrRefundExceedsCharge, probRefundExceeds},
 	{payment.ErrChargeNotRefundable, probNotRefundable},
+	// Before ErrUnavailable: /readyz wraps its cause in ErrUnavailable too.
+	{payment.ErrShuttingDown, probShuttingDown},
 	{payment.ErrUnavailable, probUnavailable},
 	// The request's client left, or its time ran out, before the outcome was
 	// known: whatever committed, a retry with the key answers it.

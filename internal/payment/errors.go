@@ -33,6 +33,10 @@ var (
 	// ErrUnavailable: the database cannot be reached or is overloaded; nothing
 	// was changed and the request may be retried.
 	ErrUnavailable = errors.New("temporarily unavailable")
+
+	// ErrShuttingDown: the process has been asked to stop and is leaving
+	// its load balancer's rotation; it still serves what it is sent.
+	ErrShuttingDown = errors.New("shutting down")
 )
 
 // ValidationError reports a request that breaks the rules on money or fields.
