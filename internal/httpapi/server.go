@@ -272,7 +272,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if p == probUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
 	}
-	if p == probKeyInUse || p == probUnavailable {
+	var later *payment.RetryAfter
+	switch {
+	case errors.As(err, &later):
+		// Whole seconds, rounded up: a client retrying on time finds the
+		// wait over.
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(max(1, (later.After+time.Second-1)/time.Second)), 10))
+	case p == probKeyInUse || p == probUnavailable:
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 	}
 	s.writeProblem(w, pr)
