@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ type config struct {
 	DBMaxConns      int32
 	ShutdownTimeout time.Duration
 	ShutdownDelay   time.Duration
+	TrustedProxies  []netip.Prefix
 	LogLevel        slog.Level
 	NATSURL         string
 	RelayEnabled    bool
@@ -105,6 +107,8 @@ func (c *config) settings() []setting {
 			durationOrZero(&c.ShutdownDelay)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish once the listener has closed (after SHUTDOWN_DELAY)",
 			durationInto(&c.ShutdownTimeout)},
+		{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated addresses or CIDRs of the proxies whose X-Forwarded-For names the client, for the budget of unknown API keys; empty: none, the header is ignored",
+			parser{"cidrs", func(v string) (err error) { c.TrustedProxies, err = parsePrefixes(v); return err }}},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",
 			parser{"level", func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }}},
 		{"NATS_URL", "nats-url", "nats://127.0.0.1:4222", "NATS server (with JetStream) the relay publishes events to",
@@ -294,6 +298,28 @@ func durationOrZero(d *time.Duration) parser {
 		*d = parsed
 		return nil
 	}}
+}
+
+// parsePrefixes reads a comma-separated list of CIDRs (10.0.0.0/8,
+// fd00::/8) or single addresses (192.0.2.7); empty is none.
+func parsePrefixes(v string) ([]netip.Prefix, error) {
+	var prefixes []netip.Prefix
+	for _, field := range strings.Split(v, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(field)
+		if err != nil {
+			addr, addrErr := netip.ParseAddr(field)
+			if addrErr != nil {
+				return nil, fmt.Errorf("want addresses or CIDRs such as 10.0.0.0/8,192.0.2.7, got %q", field)
+			}
+			p = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+		}
+		prefixes = append(prefixes, p.Masked())
+	}
+	return prefixes, nil
 }
 
 // durationAtLeast parses a duration of at least floor into d.

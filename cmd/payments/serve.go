@@ -46,10 +46,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	d := &drain{delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout}
 	api := httpapi.New(backend{store, path, d}, log, httpapi.Options{
-		Spec:    payments.OpenAPI,
-		Docs:    true,
-		Front:   front,
-		Metrics: m,
+		Spec:           payments.OpenAPI,
+		Docs:           true,
+		Front:          front,
+		Metrics:        m,
+		TrustedProxies: cfg.TrustedProxies,
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
 	janitorMetrics(m, janitor)

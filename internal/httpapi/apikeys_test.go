@@ -7,6 +7,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"testing"
@@ -241,5 +242,41 @@ func TestNewKeyPastTheWaitBound(t *testing.T) {
 	}
 	if r := f.get("/v1/charges"); r.status != http.StatusOK {
 		t.Errorf("the merchant's key, found valid before: %d %s, want 200", r.status, r.body)
+	}
+}
+
+// TestTrustedProxies: behind a trusted proxy (TRUSTED_PROXIES), the budget
+// is the client's that X-Forwarded-For names: one client spending its budget
+// does not hold up another's new key. From a peer not trusted the header is
+// ignored, so both share the peer's budget.
+func TestTrustedProxies(t *testing.T) {
+	budget := postgres.KeyBudget{Burst: 1, Rate: 0.2, Wait: 300 * time.Millisecond}
+	for _, tc := range []struct {
+		name    string
+		trusted []netip.Prefix
+		want    int // the other client's new key
+	}{
+		{"behind a trusted proxy", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, http.StatusOK},
+		{"from a peer not trusted", nil, http.StatusTooManyRequests},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t, func(o *setupOptions) { o.keyBudget, o.trustedProxies = budget, tc.trusted })
+			// The client writes an address of its own choosing on the left;
+			// the proxy appends the one it saw.
+			if status, _, err := f.withKey(madeUpKey(), "198.51.100.1, 203.0.113.7"); err != nil || status != http.StatusUnauthorized {
+				t.Fatalf("a made-up key from 203.0.113.7: %d %v, want 401", status, err)
+			}
+			if status, _, err := f.withKey(f.newKeyOutside("other"), "203.0.113.8"); err != nil || status != tc.want {
+				t.Errorf("a new key from 203.0.113.8: %d %v, want %d", status, err, tc.want)
+			}
+			if tc.trusted == nil {
+				return
+			}
+			// The same client, writing another address on the left: the
+			// budget is still 203.0.113.7's, the rightmost not trusted.
+			if status, _, err := f.withKey(f.newKeyOutside("same"), "192.0.2.99, 203.0.113.7"); err != nil || status != http.StatusTooManyRequests {
+				t.Errorf("a new key from 203.0.113.7 again: %d %v, want 429 (its budget is spent)", status, err)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -39,10 +40,11 @@ type fixture struct {
 }
 
 type setupOptions struct {
-	databaseURL string
-	keyWait     time.Duration
-	cacheSize   int
-	keyBudget   postgres.KeyBudget
+	databaseURL    string
+	keyWait        time.Duration
+	cacheSize      int
+	keyBudget      postgres.KeyBudget
+	trustedProxies []netip.Prefix
 }
 
 // setup starts the API on the package database (or opts.databaseURL) and
@@ -55,7 +57,7 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 		opt(&o)
 	}
 	api := testkit.StartAPI(t, o.databaseURL, testkit.APIOptions{MaxConns: 30, KeyWait: o.keyWait, CacheSize: o.cacheSize,
-		KeyBudget: o.keyBudget})
+		KeyBudget: o.keyBudget, TrustedProxies: o.trustedProxies})
 	f := &fixture{t: t, url: api.URL, db: api.DB, store: api.Service, logs: api.Logs, front: api.Front, metrics: api.Metrics,
 		merchantID: api.MerchantID, apiKey: api.APIKey}
 	return f

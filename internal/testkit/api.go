@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -30,8 +31,9 @@ type APIOptions struct {
 	Spec []byte
 	Docs bool
 	// KeyBudget is the store's budget of unknown API keys (zero fields:
-	// the defaults).
-	KeyBudget postgres.KeyBudget
+	// the defaults); TrustedProxies the API's.
+	KeyBudget      postgres.KeyBudget
+	TrustedProxies []netip.Prefix
 }
 
 // API is the service in process, as cmd/payments serve wires it, on a
@@ -82,7 +84,7 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 		Metrics: metrics.New(),
 	}
 	srv := httptest.NewServer(httpapi.New(svc, slog.New(slog.NewJSONHandler(a.Logs, nil)), httpapi.Options{
-		Spec: opts.Spec, Docs: opts.Docs, Front: a.Front, Metrics: a.Metrics,
+		Spec: opts.Spec, Docs: opts.Docs, Front: a.Front, Metrics: a.Metrics, TrustedProxies: opts.TrustedProxies,
 	}))
 	t.Cleanup(srv.Close)
 	a.URL = srv.URL
