@@ -25,7 +25,7 @@ type drain struct {
 }
 
 // errShuttingDown is /readyz's answer once the drain has started.
-var errShuttingDown = fmt.Errorf("%w: SIGTERM received; this replica serves on only until its load balancer has moved traffic away (SHUTDOWN_DELAY)",
+var errShuttingDown = fmt.Errorf("%w: asked to stop (SIGTERM); this replica serves on only until its load balancer has moved traffic away (SHUTDOWN_DELAY)",
 	payment.ErrShuttingDown)
 
 // ready returns errShuttingDown once the drain has started.

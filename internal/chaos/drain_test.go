@@ -63,7 +63,10 @@ func TestDrain(t *testing.T) {
 	ctx, m := s.ctx, s.merchants[0]
 	natsURL := testkit.StartNATS(t).URL()
 	svc := newService(t, s.bin, serviceConfig{databaseURL: s.dbURL, natsURL: natsURL,
-		extra: []string{"SHUTDOWN_DELAY=" + delay.String(), "SHUTDOWN_TIMEOUT=" + timeout.String()}})
+		// IDEMPOTENCY_WAIT above the chaos default of 2 s: a 503 for a
+		// charge that waited too long for a batch on a loaded machine would
+		// read as a refusal of the drain.
+		extra: []string{"SHUTDOWN_DELAY=" + delay.String(), "SHUTDOWN_TIMEOUT=" + timeout.String(), "IDEMPOTENCY_WAIT=5s"}})
 	c := newClient(t, m.APIKey, "drain-key-", func(int) string { return svc.url() })
 	var accounts []string
 	for range nAcct {
