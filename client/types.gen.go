@@ -654,6 +654,10 @@ type RequestTooLarge = ProblemBody
 // `detail` are for people.
 type ServiceUnavailable = ProblemBody
 
+// TooManyUnknownKeys An RFC 9457 problem detail. Program against `status` and `code`; `title` and
+// `detail` are for people.
+type TooManyUnknownKeys = ProblemBody
+
 // Unauthorized An RFC 9457 problem detail. Program against `status` and `code`; `title` and
 // `detail` are for people.
 type Unauthorized = ProblemBody

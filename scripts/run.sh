@@ -235,5 +235,5 @@ else
 	case $mhost in "" | 0.0.0.0 | "[::]" | "::") mhost=localhost ;; esac
 	say "metrics: http://$mhost:${METRICS_ADDR##*:}/metrics (METRICS_ADDR; not on the API port)"
 fi
-say "starting: payments serve on $HTTP_ADDR (Ctrl-C stops it)"
+say "starting: payments serve on $HTTP_ADDR (Ctrl-C stops it after SHUTDOWN_DELAY, 5s by default; twice, at once)"
 exec bin/payments serve

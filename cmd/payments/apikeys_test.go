@@ -24,7 +24,8 @@ func TestAPIKeyRotation(t *testing.T) {
 	const revocationBound = 2 * time.Second
 	dbURL := pgtest.NewDatabase(t)
 	// Port 0 for metrics too: a make run on this machine holds the default.
-	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "RELAY_ENABLED": "false"})
+	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "RELAY_ENABLED": "false",
+		"SHUTDOWN_DELAY": "0"})
 	ctx := context.Background()
 	cli := func(args ...string) ([]byte, error) {
 		t.Helper()

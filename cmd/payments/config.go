@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,8 @@ type config struct {
 	CommitWait      time.Duration
 	DBMaxConns      int32
 	ShutdownTimeout time.Duration
+	ShutdownDelay   time.Duration
+	TrustedProxies  []netip.Prefix
 	LogLevel        slog.Level
 	NATSURL         string
 	RelayEnabled    bool
@@ -100,8 +103,12 @@ func (c *config) settings() []setting {
 			durationAtLeast(&c.MetricsSample, time.Second)},
 		{"EVENTS_HELD_WARN", "events-held-warn", "30s", "log a warning naming the transaction that holds events back (the event horizon) once an event has waited this long; sampled every METRICS_SAMPLE",
 			durationInto(&c.EventsHeldWarn)},
-		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish after SIGTERM",
+		{"SHUTDOWN_DELAY", "shutdown-delay", "5s", "after SIGTERM, how long every request is still served while /readyz answers 503, so that load balancers stop sending traffic before the listener closes; 0 disables",
+			durationOrZero(&c.ShutdownDelay)},
+		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long in-flight requests may finish once the listener has closed (after SHUTDOWN_DELAY)",
 			durationInto(&c.ShutdownTimeout)},
+		{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated addresses or CIDRs of the proxies whose X-Forwarded-For names the client, for the budget of unknown API keys; empty: none, the header is ignored",
+			parser{"cidrs", func(v string) (err error) { c.TrustedProxies, err = parsePrefixes(v); return err }}},
 		{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error",
 			parser{"level", func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }}},
 		{"NATS_URL", "nats-url", "nats://127.0.0.1:4222", "NATS server (with JetStream) the relay publishes events to",
@@ -279,6 +286,40 @@ func durationInto(d *time.Duration) parser {
 		*d = parsed
 		return nil
 	}}
+}
+
+// durationOrZero parses a duration of 0 or more into d.
+func durationOrZero(d *time.Duration) parser {
+	return parser{"duration", func(v string) error {
+		parsed, err := time.ParseDuration(v)
+		if err != nil || parsed < 0 {
+			return fmt.Errorf("want a duration such as 5s, or 0 for none, got %q", v)
+		}
+		*d = parsed
+		return nil
+	}}
+}
+
+// parsePrefixes reads a comma-separated list of CIDRs (10.0.0.0/8,
+// fd00::/8) or single addresses (192.0.2.7); empty is none.
+func parsePrefixes(v string) ([]netip.Prefix, error) {
+	var prefixes []netip.Prefix
+	for _, field := range strings.Split(v, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(field)
+		if err != nil {
+			addr, addrErr := netip.ParseAddr(field)
+			if addrErr != nil {
+				return nil, fmt.Errorf("want addresses or CIDRs such as 10.0.0.0/8,192.0.2.7, got %q", field)
+			}
+			p = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+		}
+		prefixes = append(prefixes, p.Masked())
+	}
+	return prefixes, nil
 }
 
 // durationAtLeast parses a duration of at least floor into d.

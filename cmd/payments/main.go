@@ -21,12 +21,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGTERM or SIGINT starts serve's drain; a second one cuts
+	// its SHUTDOWN_DELAY short (drain.go).
+	ctx, stop := shutdownSignals(context.Background())
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)

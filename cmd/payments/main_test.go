@@ -79,7 +79,7 @@ func TestServeEndToEnd(t *testing.T) {
 			}
 		})
 	}
-	start("serve", "--shutdown-timeout", "5s")
+	start("serve", "--shutdown-delay", "0", "--shutdown-timeout", "5s")
 	start("consume")
 
 	addr := waitForAddr(t, logs)
@@ -262,6 +262,7 @@ func TestBadConfigurationNamesTheVariable(t *testing.T) {
 		{"database url", map[string]string{"DATABASE_URL": "::not a url"}, nil, "DATABASE_URL"},
 		{"metrics sample", map[string]string{"METRICS_SAMPLE": "500ms"}, nil, "METRICS_SAMPLE"},
 		{"metrics addr", map[string]string{"METRICS_ADDR": "127.0.0.1:-1"}, nil, "METRICS_ADDR"},
+		{"shutdown delay", map[string]string{"SHUTDOWN_DELAY": "-1s"}, nil, "SHUTDOWN_DELAY"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -317,14 +318,14 @@ func TestSettingsThatBreakTheGuaranteeAreRefused(t *testing.T) {
 
 	// The boundaries themselves, and the defaults, are accepted.
 	ok := map[string]string{"IDEMPOTENCY_TTL": "1h", "IDEMPOTENCY_WAIT": "1ms", "JANITOR_INTERVAL": "1h",
-		"JANITOR_BATCH": "100000", "CHARGE_BATCHES": "19", "IDEMPOTENCY_CACHE_BYTES": "0", "COMMIT_WAIT": "100ms"}
+		"JANITOR_BATCH": "100000", "CHARGE_BATCHES": "19", "IDEMPOTENCY_CACHE_BYTES": "0", "COMMIT_WAIT": "100ms", "SHUTDOWN_DELAY": "0"}
 	for _, env := range []map[string]string{nil, ok, {"IDEMPOTENCY_WAIT": "20s", "IDEMPOTENCY_CACHE_BYTES": "1GiB", "COMMIT_WAIT": "20s"}} {
 		cfg, err := loadConfig("serve", nil, envOf(env), io.Discard, io.Discard)
 		if err != nil {
 			t.Errorf("loadConfig(%v) = %v", env, err)
 		}
-		if env == nil && (cfg.CacheBytes != 64<<20 || cfg.IdempotencyTTL != 24*time.Hour) {
-			t.Errorf("defaults: cache bytes %d, TTL %s", cfg.CacheBytes, cfg.IdempotencyTTL)
+		if env == nil && (cfg.CacheBytes != 64<<20 || cfg.IdempotencyTTL != 24*time.Hour || cfg.ShutdownDelay != 5*time.Second) {
+			t.Errorf("defaults: cache bytes %d, TTL %s, shutdown delay %s", cfg.CacheBytes, cfg.IdempotencyTTL, cfg.ShutdownDelay)
 		}
 	}
 }

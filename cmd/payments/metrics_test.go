@@ -48,7 +48,7 @@ FROM generate_series(1, 40)`); err != nil {
 	}
 
 	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0",
-		"METRICS_SAMPLE": "1h", "RELAY_ENABLED": "false", "JANITOR_INTERVAL": "1h"})
+		"METRICS_SAMPLE": "1h", "RELAY_ENABLED": "false", "JANITOR_INTERVAL": "1h", "SHUTDOWN_DELAY": "0"})
 	logs := &testkit.LogBuffer{}
 	serveCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -66,6 +66,16 @@ func storeOptions(cfg config) postgres.Options {
 type backend struct {
 	*postgres.Store
 	*charging.Path
+	drain *drain
+}
+
+// Ready is the charge path's readiness, and not ready from the moment the
+// drain starts.
+func (b backend) Ready(ctx context.Context) error {
+	if err := b.drain.ready(); err != nil {
+		return err
+	}
+	return b.Path.Ready(ctx)
 }
 
 // openCharging starts the charge use case over store, with the bounds the

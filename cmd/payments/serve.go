@@ -20,10 +20,13 @@ import (
 // maxHeaderBytes bounds a request's headers; net/http answers 431 past it.
 const maxHeaderBytes = 16 << 10
 
-// serve runs the HTTP API until ctx is cancelled, then drains in-flight
-// requests for up to ShutdownTimeout. Its deferred calls then stop the rest in
-// the reverse order of their start: the relay, the profiler, the outbox
-// sampler, the metrics listener and the janitor, and close the store last.
+// serve runs the HTTP API until ctx is cancelled, then drains (drain.go):
+// /readyz answers 503 at once, everything is served for ShutdownDelay, and
+// then the listener closes and in-flight requests get up to ShutdownTimeout.
+// Only after that do its deferred calls stop the rest, in the reverse order
+// of their start: the relay, the profiler, the outbox sampler, the metrics
+// listener and the janitor; the store closes last, once every connection is
+// back, so a charge batch still committing finishes first.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	m := metrics.New()
 	cfg, log, store, err := open(ctx, "serve", args, getenv, stdout, stderr, m)
@@ -41,11 +44,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn("database not reachable at start", "error", err)
 	}
 
-	api := httpapi.New(backend{store, path}, log, httpapi.Options{
-		Spec:    payments.OpenAPI,
-		Docs:    true,
-		Front:   front,
-		Metrics: m,
+	d := &drain{delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout}
+	api := httpapi.New(backend{store, path, d}, log, httpapi.Options{
+		Spec:           payments.OpenAPI,
+		Docs:           true,
+		Front:          front,
+		Metrics:        m,
+		TrustedProxies: cfg.TrustedProxies,
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
 	janitorMetrics(m, janitor)
@@ -90,14 +95,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		defer stopRelay()
 	}
 
-	return serveHTTP(ctx, ln, api, cfg.ShutdownTimeout, log)
+	return serveHTTP(ctx, ln, api, d, log)
 }
 
-// serveHTTP serves h on ln until ctx is cancelled, then shuts the server down,
-// letting in-flight requests finish for up to timeout.
-func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, timeout time.Duration, log *slog.Logger) error {
+// serveHTTP serves h on ln until ctx is cancelled, then drains: d starts
+// (/readyz 503, Connection: close), h serves on for d's delay, and the server
+// shuts down, letting in-flight requests finish for up to d's timeout.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, d *drain, log *slog.Logger) error {
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           d.closeWhileDraining(h),
 		MaxHeaderBytes:    maxHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
@@ -112,8 +118,15 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, timeout tim
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "timeout", timeout.String())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	d.started.Store(true)
+	log.Info("shutting down: /readyz answers 503, requests are served for SHUTDOWN_DELAY",
+		"delay", d.delay.String(), "timeout", d.timeout.String())
+	if d.wait(ctx) {
+		log.Info("asked again to stop: the rest of SHUTDOWN_DELAY is skipped")
+	}
+	// Requests that arrive from here on are refused; those in flight finish.
+	log.Info("closing the listener", "timeout", d.timeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), d.timeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)

@@ -35,7 +35,8 @@ type stack struct {
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	env := envOf(map[string]string{"DATABASE_URL": pgtest.NewDatabase(t), "NATS_URL": testkit.StartNATS(t).URL(),
-		"HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "RELAY_ENABLED": "false", "RELAY_POLL": "100ms"})
+		"HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "RELAY_ENABLED": "false", "RELAY_POLL": "100ms",
+		"SHUTDOWN_DELAY": "0"})
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"merchants", "create", "--name", t.Name()}, env, &out, io.Discard); err != nil {
 		t.Fatal(err)

@@ -89,7 +89,7 @@ func TestVersionCommand(t *testing.T) {
 func TestBuildInfoMetric(t *testing.T) {
 	linkAs(t, "v1.2.0-3-g74131fb", "74131fbc8d0e4b6a", "2026-12-02T08:00:00Z")
 	env := envOf(map[string]string{"DATABASE_URL": pgtest.NewDatabase(t), "HTTP_ADDR": "127.0.0.1:0",
-		"METRICS_ADDR": "127.0.0.1:0", "RELAY_ENABLED": "false"})
+		"METRICS_ADDR": "127.0.0.1:0", "RELAY_ENABLED": "false", "SHUTDOWN_DELAY": "0"})
 	logs := &testkit.LogBuffer{}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -37,8 +37,10 @@ func Start(ctx context.Context, bin, database, logPath string, env ...string) (*
 	}
 	defer log.Close()
 	cmd := exec.Command(bin, "serve")
+	// No load balancer waits for the drain: SHUTDOWN_DELAY=0 lets Stop
+	// return as soon as the requests in flight are answered.
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+database, "HTTP_ADDR=127.0.0.1:0",
-		"METRICS_ADDR=127.0.0.1:0", "METRICS_SAMPLE=1s", "LOG_LEVEL="+Getenv("BENCH_LOG_LEVEL", "info"))
+		"METRICS_ADDR=127.0.0.1:0", "METRICS_SAMPLE=1s", "SHUTDOWN_DELAY=0", "LOG_LEVEL="+Getenv("BENCH_LOG_LEVEL", "info"))
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

@@ -136,6 +136,7 @@ func newService(t *testing.T, bin string, cfg serviceConfig) *service {
 		"DB_MAX_CONNS=8",
 		"IDEMPOTENCY_WAIT=2s",
 		"SHUTDOWN_TIMEOUT=2s",
+		"SHUTDOWN_DELAY=0", // no load balancer to wait for; TestDrain sets its own
 		"LOG_LEVEL=info",
 	}
 	if cfg.natsURL != "" {

@@ -65,7 +65,8 @@ func TestMakeRunKeepsTheComposeStacksPorts(t *testing.T) {
 	defer taken.Close()
 	began := time.Now()
 	cmd := exec.Command("make", "--no-print-directory", "run")
-	cmd.Dir, cmd.Env = st.dir, append(st.env(), env...)
+	// No load balancer to wait for when the SIGTERM below stops it.
+	cmd.Dir, cmd.Env = st.dir, append(append(st.env(), "SHUTDOWN_DELAY=0"), env...)
 	failed, err := cmd.CombinedOutput()
 	port, _ := strconv.Atoi(httpAddr[strings.LastIndex(httpAddr, ":")+1:])
 	want := fmt.Sprintf("Move it: METRICS_ADDR=%s HTTP_ADDR=127.0.0.1:%d make run", metricsAddr, port+1)
@@ -158,7 +159,8 @@ func (st *stack) waitHealthy(service string) {
 func (st *stack) makeRun(env []string) string {
 	st.t.Helper()
 	cmd := exec.Command("make", "--no-print-directory", "run")
-	cmd.Dir, cmd.Env = st.dir, append(st.env(), env...)
+	// No load balancer to wait for when the SIGTERM below stops it.
+	cmd.Dir, cmd.Env = st.dir, append(append(st.env(), "SHUTDOWN_DELAY=0"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var said lockedBuffer
 	cmd.Stdout, cmd.Stderr = &said, &said

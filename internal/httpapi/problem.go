@@ -36,6 +36,8 @@ var (
 		"The charge names an account your merchant does not have."}
 	probMethodNotAllowed = problemType{"method-not-allowed", http.StatusMethodNotAllowed, "Method not allowed",
 		"This path does not support the request method."}
+	probTooManyUnknownKeys = problemType{"too-many-unknown-keys", http.StatusTooManyRequests, "Too many unknown API keys",
+		"Your address sent more API keys that turned out unknown than the service looks up for it, and your key, which the service has not seen yet, could not be looked up within the wait bound. It was not checked: this says nothing about it. Retry after the Retry-After delay; keys the service has already found valid are not limited."}
 	probKeyInUse = problemType{"idempotency-key-in-use", http.StatusConflict, "Idempotency-Key in use",
 		"Another request with this Idempotency-Key is still being processed. Retry after the Retry-After delay; you will receive its outcome."}
 	probTooLarge = problemType{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large",
@@ -54,13 +56,15 @@ var (
 		"Something failed inside the service. Nothing was changed; retrying with the same Idempotency-Key is safe."}
 	probUnavailable = problemType{"service-unavailable", http.StatusServiceUnavailable, "Service unavailable",
 		"The database cannot be reached right now. Nothing was changed, or the change completed and a retry with the same Idempotency-Key returns it; retry after the Retry-After delay."}
+	probShuttingDown = problemType{"shutting-down", http.StatusServiceUnavailable, "Shutting down",
+		"This replica has been asked to stop (SIGTERM). It still serves every request it is sent until its load balancer has moved traffic away (SHUTDOWN_DELAY), then finishes those in flight and stops; only its readiness (/readyz) says so."}
 )
 
 var problemCatalogue = []problemType{
 	probKeyMissing, probKeyInvalid, probInvalidRequest, probUnauthorized, probInsufficientFunds,
-	probNotFound, probAccountNotFound, probMethodNotAllowed, probKeyInUse, probTooLarge,
+	probNotFound, probAccountNotFound, probMethodNotAllowed, probTooManyUnknownKeys, probKeyInUse, probTooLarge,
 	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
-	probInternal, probUnavailable,
+	probInternal, probUnavailable, probShuttingDown,
 }
 
 // errorProblems maps domain errors to problem types: the one table that turns
@@ -74,11 +78,14 @@ var errorProblems = []struct {
 	{idempotency.ErrKeyReused, probKeyReused},
 	{idempotency.ErrKeyInUse, probKeyInUse},
 	{payment.ErrUnauthenticated, probUnauthorized},
+	{payment.ErrTooManyUnknownKeys, probTooManyUnknownKeys},
 	{payment.ErrNotFound, probNotFound},
 	{payment.ErrAccountNotFound, probAccountNotFound},
 	{payment.ErrCurrencyMismatch, probCurrencyMismatch},
 	{payment.ErrRefundExceedsCharge, probRefundExceeds},
 	{payment.ErrChargeNotRefundable, probNotRefundable},
+	// Before ErrUnavailable: /readyz wraps its cause in ErrUnavailable too.
+	{payment.ErrShuttingDown, probShuttingDown},
 	{payment.ErrUnavailable, probUnavailable},
 	// The request's client left, or its time ran out, before the outcome was
 	// known: whatever committed, a retry with the key answers it.

@@ -60,6 +60,9 @@ type Options struct {
 	// Metrics records requests and outcomes; nil gives a fresh set. The API
 	// does not serve them: cmd/payments does, on METRICS_ADDR.
 	Metrics *metrics.Metrics
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client
+	// (clientOf); none by default, and then the header is ignored.
+	TrustedProxies []netip.Prefix
 }
 
 // Server routes and answers HTTP requests.
@@ -212,28 +215,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.fail(w, r, fmt.Errorf("%w: send the API key as Authorization: Bearer <api key>", payment.ErrUnauthenticated))
 			return
 		}
-		merchantID, err := s.backend.Authenticate(r.Context(), auth[len(prefix):], clientOf(r))
+		merchantID, err := s.backend.Authenticate(r.Context(), auth[len(prefix):], s.clientOf(r))
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), merchantKey, merchantID)))
 	})
-}
-
-// clientOf names the client by its address: an IPv6 client by its /64, which
-// one host usually holds whole. Behind a proxy it is the proxy's.
-func clientOf(r *http.Request) string {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	addr := ap.Addr().Unmap()
-	if addr.Is6() {
-		p, _ := addr.Prefix(64)
-		return p.String()
-	}
-	return addr.String()
 }
 
 func equalFold(a, b string) bool {
@@ -272,7 +260,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if p == probUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
 	}
-	if p == probKeyInUse || p == probUnavailable {
+	var later *payment.RetryAfter
+	switch {
+	case errors.As(err, &later):
+		// Whole seconds, rounded up: a client retrying on time finds the
+		// wait over.
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(max(1, (later.After+time.Second-1)/time.Second)), 10))
+	case p == probKeyInUse || p == probUnavailable:
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 	}
 	s.writeProblem(w, pr)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/testkit"
 )
 
@@ -38,9 +40,11 @@ type fixture struct {
 }
 
 type setupOptions struct {
-	databaseURL string
-	keyWait     time.Duration
-	cacheSize   int
+	databaseURL    string
+	keyWait        time.Duration
+	cacheSize      int
+	keyBudget      postgres.KeyBudget
+	trustedProxies []netip.Prefix
 }
 
 // setup starts the API on the package database (or opts.databaseURL) and
@@ -52,7 +56,8 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	api := testkit.StartAPI(t, o.databaseURL, testkit.APIOptions{MaxConns: 30, KeyWait: o.keyWait, CacheSize: o.cacheSize})
+	api := testkit.StartAPI(t, o.databaseURL, testkit.APIOptions{MaxConns: 30, KeyWait: o.keyWait, CacheSize: o.cacheSize,
+		KeyBudget: o.keyBudget, TrustedProxies: o.trustedProxies})
 	f := &fixture{t: t, url: api.URL, db: api.DB, store: api.Service, logs: api.Logs, front: api.Front, metrics: api.Metrics,
 		merchantID: api.MerchantID, apiKey: api.APIKey}
 	return f

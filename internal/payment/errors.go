@@ -3,6 +3,7 @@ package payment
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Errors the domain reports. The HTTP layer maps each to a problem type.
@@ -33,6 +34,15 @@ var (
 	// ErrUnavailable: the database cannot be reached or is overloaded; nothing
 	// was changed and the request may be retried.
 	ErrUnavailable = errors.New("temporarily unavailable")
+
+	// ErrTooManyUnknownKeys: the caller's address sent more API keys that
+	// turned out unknown than the service looks up for it; its key was not
+	// checked. A *RetryAfter says when to try again.
+	ErrTooManyUnknownKeys = errors.New("too many unknown API keys")
+
+	// ErrShuttingDown: the process has been asked to stop and is leaving
+	// its load balancer's rotation; it still serves what it is sent.
+	ErrShuttingDown = errors.New("shutting down")
 )
 
 // ValidationError reports a request that breaks the rules on money or fields.
@@ -65,3 +75,15 @@ func (e *FailedCharge) Error() string {
 
 // Unwrap makes a FailedCharge an ErrInsufficientFunds.
 func (e *FailedCharge) Unwrap() error { return ErrInsufficientFunds }
+
+// RetryAfter is a refusal that ends: nothing was done, and a retry after After
+// may succeed. It is the error it wraps.
+type RetryAfter struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryAfter) Error() string { return e.Err.Error() }
+
+// Unwrap makes a RetryAfter the error it wraps.
+func (e *RetryAfter) Unwrap() error { return e.Err }

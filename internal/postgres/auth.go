@@ -22,25 +22,10 @@ const (
 	authCacheMax = 10_000
 )
 
-// The failure budget: each client address may look up UnknownKeyBurst keys
-// that turn out unknown, then UnknownKeyRate a second; past it, keys this
-// process has not seen valid are refused without a lookup. Only failures
-// spend it, so a burst of valid keys (a restart behind a proxy) is never
-// refused; at most UnknownKeyLookups such lookups run at once, which bounds
-// how far concurrent failures overshoot the budget.
-const (
-	UnknownKeyBurst   = 10
-	UnknownKeyRate    = 1.0
-	UnknownKeyLookups = 4
-	budgetMaxClients  = 10_000
-)
-
 var (
 	errNotAnAPIKey = fmt.Errorf("%w: this is not an API key (%s followed by 43 base64url characters)",
 		payment.ErrUnauthenticated, APIKeyPrefix)
-	errUnknownAPIKey  = fmt.Errorf("%w: unknown or revoked API key", payment.ErrUnauthenticated)
-	errTooManyUnknown = fmt.Errorf("%w: too many unknown API keys from this address; try again later",
-		payment.ErrUnauthenticated)
+	errUnknownAPIKey = fmt.Errorf("%w: unknown or revoked API key", payment.ErrUnauthenticated)
 )
 
 // merchantOfKeySQL finds a valid key's merchant and, at most once a minute,
@@ -54,10 +39,13 @@ WITH used AS (
 SELECT merchant_id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`
 
 // Authenticate returns the merchant owning apiKey, or an error wrapping
-// payment.ErrUnauthenticated (or payment.ErrUnavailable). client identifies the
-// caller (its address) for the failure budget. A token that is no API key never
-// reaches the database; a valid key is trusted for authTrust; keys are looked
-// up by their SHA-256 hash, so the time taken tells nothing about a guess.
+// payment.ErrUnauthenticated (or payment.ErrUnavailable, or a
+// *payment.RetryAfter of payment.ErrTooManyUnknownKeys). client identifies
+// the caller (its address) for the budget of lookups (KeyBudget). A token
+// that is no API key never reaches the database; a valid key is trusted for
+// authTrust, an unknown or revoked one refused from memory for
+// unknownForget; keys are looked up by their SHA-256 hash, so the time taken
+// tells nothing about a guess.
 func (s *Merchants) Authenticate(ctx context.Context, apiKey, client string) (uuid.UUID, error) {
 	if !wellFormedAPIKey(apiKey) {
 		return uuid.Nil, errNotAnAPIKey
@@ -68,14 +56,11 @@ func (s *Merchants) Authenticate(ctx context.Context, apiKey, client string) (uu
 	if trusted {
 		return merchant, nil
 	}
-	if !known && !s.unknownKeys.allows(client, now) {
-		return uuid.Nil, errTooManyUnknown
+	if !known && s.unknown.has(hash, now) {
+		return uuid.Nil, errUnknownAPIKey // no lookup, no budget spent
 	}
 	// Concurrent requests with one key share one lookup.
 	v, err, _ := s.authFlight.Do(string(hash[:]), func() (any, error) { return s.lookupAPIKey(ctx, hash, known, client) })
-	if errors.Is(err, errUnknownAPIKey) {
-		s.unknownKeys.charge(client, time.Now())
-	}
 	if err != nil {
 		return uuid.Nil, err
 	}
@@ -83,29 +68,30 @@ func (s *Merchants) Authenticate(ctx context.Context, apiKey, client string) (uu
 }
 
 // lookupAPIKey asks the database for the merchant of the key hashed to hash
-// and caches the answer. A key not known valid waits for one of the
-// UnknownKeyLookups slots, then checks client's budget again.
+// and remembers the answer. A key not known valid first waits for client's
+// budget and a lookup slot (awaitLookup); if it turns out unknown, it spends
+// a token of the budget.
 func (s *Merchants) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, known bool, client string) (uuid.UUID, error) {
 	// Shared by every request waiting on this lookup: no one client's cancel
 	// may fail the others.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.KeyWait)
 	defer cancel()
 	if !known {
-		select {
-		case s.unknownSlots <- struct{}{}:
-			defer func() { <-s.unknownSlots }()
-		case <-ctx.Done():
-			return uuid.Nil, fmt.Errorf("%w: wait to look up an API key: %w", payment.ErrUnavailable, ctx.Err())
+		release, err := s.awaitLookup(ctx, client)
+		if err != nil {
+			return uuid.Nil, err
 		}
-		if !s.unknownKeys.allows(client, time.Now()) {
-			return uuid.Nil, errTooManyUnknown
-		}
+		defer release()
 	}
 	began := time.Now() // the answer is no older than this
 	var id uuid.UUID
 	err := s.pool.QueryRow(ctx, merchantOfKeySQL, hash[:]).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.auth.forget(hash)
+		s.unknown.add(hash, time.Now())
+		if !known {
+			s.budget.charge(client, time.Now())
+		}
 		return uuid.Nil, errUnknownAPIKey
 	}
 	if err != nil {
@@ -151,58 +137,4 @@ func (c *authCache) forget(hash [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.entries, hash)
-}
-
-// failureBudget is a token bucket per client address.
-type failureBudget struct {
-	mu      sync.Mutex
-	buckets map[string]bucket
-}
-
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
-
-// allows reports whether client has a token left.
-func (b *failureBudget) allows(client string, now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	k, ok := b.buckets[client]
-	return !ok || k.refilled(now) >= 1
-}
-
-// charge takes a token from client's bucket for a lookup that failed.
-func (b *failureBudget) charge(client string, now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	k, ok := b.buckets[client]
-	if !ok {
-		b.makeRoom(now)
-		k = bucket{tokens: UnknownKeyBurst, at: now}
-	}
-	b.buckets[client] = bucket{tokens: max(0, k.refilled(now)-1), at: now}
-}
-
-func (k bucket) refilled(now time.Time) float64 {
-	return min(UnknownKeyBurst, k.tokens+now.Sub(k.at).Seconds()*UnknownKeyRate)
-}
-
-// makeRoom keeps the map within budgetMaxClients: full buckets say nothing
-// and go first; if that is not enough, it starts over.
-func (b *failureBudget) makeRoom(now time.Time) {
-	if b.buckets == nil {
-		b.buckets = make(map[string]bucket)
-	}
-	if len(b.buckets) < budgetMaxClients {
-		return
-	}
-	for c, k := range b.buckets {
-		if k.refilled(now) >= UnknownKeyBurst {
-			delete(b.buckets, c)
-		}
-	}
-	if len(b.buckets) >= budgetMaxClients {
-		b.buckets = make(map[string]bucket)
-	}
 }

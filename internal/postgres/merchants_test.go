@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -118,68 +117,6 @@ func openStore(t *testing.T, url string) *Store {
 	}
 	t.Cleanup(s.Close)
 	return s
-}
-
-// TestFailureBudget: a client may fail UnknownKeyBurst lookups at once, then
-// UnknownKeyRate a second; clients do not share a budget.
-func TestFailureBudget(t *testing.T) {
-	var b failureBudget
-	now := time.Now()
-	for i := range UnknownKeyBurst {
-		if !b.allows("a", now) {
-			t.Fatalf("refused after %d failures, within the burst", i)
-		}
-		b.charge("a", now)
-	}
-	if b.allows("a", now) {
-		t.Fatal("allowed past the burst")
-	}
-	if !b.allows("b", now) {
-		t.Error("another client shares a's budget")
-	}
-	later := now.Add(time.Duration(float64(time.Second) / UnknownKeyRate))
-	if !b.allows("a", later) {
-		t.Error("no token after one refill period")
-	}
-	b.charge("a", later)
-	if b.allows("a", later) {
-		t.Error("two tokens after one refill period")
-	}
-}
-
-// TestValidKeysSpendNoBudget: many keys this process has never seen, valid
-// and sent at once from one address (a restart behind a proxy), are all
-// accepted; the address's budget is still whole.
-func TestValidKeysSpendNoBudget(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t, pgtest.DatabaseURL(t))
-	const n = 5 * UnknownKeyBurst
-	keys := make([]string, n)
-	for i := range keys {
-		_, key, err := s.RegisterMerchant(ctx, "burst-"+strconv.Itoa(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[i] = key.Secret
-	}
-	errs := make(chan error, 2*n)
-	start := make(chan struct{})
-	for range 2 {
-		for _, k := range keys {
-			go func() { <-start; _, err := s.Authenticate(ctx, k, "proxy"); errs <- err }()
-		}
-	}
-	close(start)
-	for range 2 * n {
-		if err := <-errs; err != nil {
-			t.Errorf("a valid key: %v", err)
-		}
-	}
-	s.unknownKeys.mu.Lock()
-	defer s.unknownKeys.mu.Unlock()
-	if k, ok := s.unknownKeys.buckets["proxy"]; ok {
-		t.Errorf("the proxy's budget after valid keys only: %+v, want untouched", k)
-	}
 }
 
 // TestAPIKeyLifecycle: a merchant holds several keys, lists them without
@@ -299,43 +236,6 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 	t.Logf("the replica refused the revoked key %s after the revocation committed", took.Round(time.Millisecond))
 	if took > revocationBound {
 		t.Errorf("revocation took %s to reach the replica, want at most %s", took, revocationBound)
-	}
-}
-
-// TestFailureBudgetIsBounded: however many addresses fail lookups, the budget
-// remembers at most budgetMaxClients of them: when it is full, a new address
-// first evicts the buckets that have refilled (they say nothing), and when
-// none has, it starts over.
-func TestFailureBudgetIsBounded(t *testing.T) {
-	var b failureBudget
-	now := time.Now()
-	fill := func(prefix string, at time.Time) {
-		for i := range budgetMaxClients {
-			b.charge(fmt.Sprintf("%s-%d", prefix, i), at)
-		}
-	}
-	fill("a", now)
-	if len(b.buckets) != budgetMaxClients {
-		t.Fatalf("%d buckets after %d addresses, want %d", len(b.buckets), budgetMaxClients, budgetMaxClients)
-	}
-	// Full, and nothing refilled: a new address starts the map over.
-	b.charge("new", now)
-	if len(b.buckets) > budgetMaxClients || len(b.buckets) != 1 {
-		t.Fatalf("%d buckets after one more address, want 1 (started over)", len(b.buckets))
-	}
-	// Full again, and by later every address but one has refilled: those go.
-	b = failureBudget{}
-	fill("b", now)
-	later := now.Add(time.Minute)
-	for range UnknownKeyBurst {
-		b.charge("b-0", later.Add(-time.Second)) // spent just before later
-	}
-	b.charge("newer", later)
-	if _, ok := b.buckets["b-0"]; !ok || len(b.buckets) != 2 {
-		t.Errorf("%d buckets (b-0 kept: %v) after evicting refilled ones, want b-0 and newer", len(b.buckets), ok)
-	}
-	if b.allows("b-1", later) != true {
-		t.Error("an evicted (refilled) address is refused")
 	}
 }
 

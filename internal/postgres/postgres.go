@@ -55,6 +55,10 @@ type Options struct {
 	// 5s); a commit the standby has not confirmed by then is not acknowledged
 	// (durable.go).
 	CommitWait time.Duration
+	// KeyBudget limits each client address's lookups of API keys this
+	// process has not seen (unknownkeys.go); zero fields take
+	// DefaultKeyBudget's.
+	KeyBudget KeyBudget
 }
 
 func (o Options) withDefaults() Options {
@@ -70,6 +74,7 @@ func (o Options) withDefaults() Options {
 	if o.CommitWait <= 0 {
 		o.CommitWait = 5 * time.Second
 	}
+	o.KeyBudget = o.KeyBudget.withDefaults()
 	return o
 }
 
@@ -123,10 +128,12 @@ type Outbox struct{ *db }
 type Merchants struct {
 	*db
 	auth authCache
-	// unknownKeys budgets failed key lookups per client, unknownSlots bounds
-	// lookups of keys not known valid, and authFlight folds concurrent lookups
-	// of one key into one (auth.go).
-	unknownKeys  failureBudget
+	// unknown remembers keys found unknown or revoked, budget limits each
+	// client's lookups of keys not known, unknownSlots bounds such lookups
+	// at once, and authFlight folds concurrent lookups of one key into one
+	// (auth.go, unknownkeys.go).
+	unknown      unknownHashes
+	budget       failureBudget
 	unknownSlots chan struct{}
 	authFlight   singleflight.Group
 }
@@ -195,7 +202,7 @@ func NewOutbox(d *DB) *Outbox { return &Outbox{d.db} }
 
 // NewMerchants builds the Merchants role on d.
 func NewMerchants(d *DB) *Merchants {
-	return &Merchants{db: d.db, unknownSlots: make(chan struct{}, UnknownKeyLookups)}
+	return &Merchants{db: d.db, budget: failureBudget{limits: d.opts.KeyBudget}, unknownSlots: make(chan struct{}, UnknownKeyLookups)}
 }
 
 // Close waits for connections in use to be released and closes the pool.

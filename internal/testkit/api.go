@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -29,6 +30,10 @@ type APIOptions struct {
 	// serves /docs as well.
 	Spec []byte
 	Docs bool
+	// KeyBudget is the store's budget of unknown API keys (zero fields:
+	// the defaults); TrustedProxies the API's.
+	KeyBudget      postgres.KeyBudget
+	TrustedProxies []netip.Prefix
 }
 
 // API is the service in process, as cmd/payments serve wires it, on a
@@ -58,7 +63,7 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 		opts.Spec = []byte("openapi: 3.1.0\n")
 	}
 	ctx := context.Background()
-	svc := OpenService(t, url, postgres.Options{MaxConns: opts.MaxConns, KeyWait: opts.KeyWait}, charging.Options{})
+	svc := OpenService(t, url, postgres.Options{MaxConns: opts.MaxConns, KeyWait: opts.KeyWait, KeyBudget: opts.KeyBudget}, charging.Options{})
 	// One connection opened now, with no bound: a short KeyWait also bounds
 	// the wait for a pooled connection, and opening the first one on a loaded
 	// machine (a container's network, packages in parallel) can take longer
@@ -79,7 +84,7 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 		Metrics: metrics.New(),
 	}
 	srv := httptest.NewServer(httpapi.New(svc, slog.New(slog.NewJSONHandler(a.Logs, nil)), httpapi.Options{
-		Spec: opts.Spec, Docs: opts.Docs, Front: a.Front, Metrics: a.Metrics,
+		Spec: opts.Spec, Docs: opts.Docs, Front: a.Front, Metrics: a.Metrics, TrustedProxies: opts.TrustedProxies,
 	}))
 	t.Cleanup(srv.Close)
 	a.URL = srv.URL

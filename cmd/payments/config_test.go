@@ -1,0 +1,35 @@
+package main
+
+import (
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestTrustedProxiesSetting: TRUSTED_PROXIES takes CIDRs and single
+// addresses, comma-separated, and is empty (no proxy trusted) by default; a
+// value that is neither stops the service at start, naming the variable.
+func TestTrustedProxiesSetting(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  []netip.Prefix
+	}{
+		{"", nil},
+		{"10.0.0.0/8", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+		{" 10.1.2.3/8, 192.0.2.7 ,fd00::/8,2001:db8::1", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"),
+			netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("2001:db8::1/128")}},
+	} {
+		cfg, err := loadConfig("serve", nil, envOf(map[string]string{"TRUSTED_PROXIES": tc.value}), io.Discard, io.Discard)
+		if err != nil || !slices.Equal(cfg.TrustedProxies, tc.want) {
+			t.Errorf("TRUSTED_PROXIES=%q: %v, %v; want %v", tc.value, cfg.TrustedProxies, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"10.0.0.0/33", "proxy.internal", "10.0.0.0/8;192.0.2.7"} {
+		_, err := loadConfig("serve", nil, envOf(map[string]string{"TRUSTED_PROXIES": bad}), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "invalid TRUSTED_PROXIES") {
+			t.Errorf("TRUSTED_PROXIES=%q: %v, want an error naming TRUSTED_PROXIES", bad, err)
+		}
+	}
+}
