@@ -2,14 +2,11 @@ package relay_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/relay"
@@ -40,16 +37,16 @@ func TestRelayBacksOffWhileTheDatabaseIsDown(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	e.waitUntil("the first events are published", e.drained)
 
-	db := cutter(t, e)
-	db.cut()
+	db := testkit.NewDatabaseSwitch(t, pgtest.AdminURL(t), e.store.Pool().Config().ConnString())
+	db.Cut()
 	// Ceilings 250 ms, 500 ms, 1 s, then 2 s: the cap is reached after at
 	// most 1.75 s of waits, whatever the jitter draws.
 	e.waitUntil("three waits at the cap", func() bool { return countCeiling(relayLines(t, logs.String()), maxBackoff) >= 3 })
-	db.restore()
-	e.waitUntil("the relay is back", func() bool { return len(withState(relayLines(t, logs.String()), "up")) == 1 })
+	db.Restore()
+	e.waitUntil("the relay is back", func() bool { return len(testkit.Where(relayLines(t, logs.String()), "state", "up")) == 1 })
 
 	lines := relayLines(t, logs.String())
-	attempts := withState(lines, "down", "retrying")
+	attempts := testkit.Where(lines, "state", "down", "retrying")
 	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, maxBackoff}
 	var waits []string
 	for i, ln := range attempts {
@@ -60,10 +57,10 @@ func TestRelayBacksOffWhileTheDatabaseIsDown(t *testing.T) {
 		}
 	}
 	t.Logf("%d attempts while the database was down, wait/ceiling: %s", len(attempts), strings.Join(waits, " "))
-	if warns := withLevel(lines, "WARN", "ERROR"); len(warns) != 1 || warns[0]["state"] != "down" {
+	if warns := testkit.Where(lines, "level", "WARN", "ERROR"); len(warns) != 1 || warns[0]["state"] != "down" {
 		t.Errorf("%d WARN/ERROR lines for one outage of %d attempts, want one (down): %v", len(warns), len(attempts), warns)
 	}
-	up := withState(lines, "up")[0]
+	up := testkit.Where(lines, "state", "up")[0]
 	if up["level"] != "INFO" || up["attempts"] != float64(len(attempts)) {
 		t.Errorf("the end of the outage: %v, want INFO with attempts %d", up, len(attempts))
 	}
@@ -73,98 +70,23 @@ func TestRelayBacksOffWhileTheDatabaseIsDown(t *testing.T) {
 	e.deposit(acct, 5)
 	e.waitUntil("the deposit is published", e.drained)
 	second := len(logs.String())
-	since := func() []map[string]any { return relayLines(t, logs.String()[second:]) }
-	db.cut()
-	e.waitUntil("the next outage is logged", func() bool { return len(withState(since(), "down")) == 1 })
-	db.restore()
-	if first := withState(since(), "down")[0]; duration(t, first["backoff_ceiling"]) != 250*time.Millisecond {
+	since := func() []testkit.LogLine { return relayLines(t, logs.String()[second:]) }
+	db.Cut()
+	e.waitUntil("the next outage is logged", func() bool { return len(testkit.Where(since(), "state", "down")) == 1 })
+	db.Restore()
+	if first := testkit.Where(since(), "state", "down")[0]; duration(t, first["backoff_ceiling"]) != 250*time.Millisecond {
 		t.Errorf("the first wait of the second outage has ceiling %v, want 250ms: the backoff was not reset", first["backoff_ceiling"])
 	}
-	e.waitUntil("the relay is back again", func() bool { return len(withState(since(), "up")) == 1 })
+	e.waitUntil("the relay is back again", func() bool { return len(testkit.Where(since(), "state", "up")) == 1 })
 }
 
-// dbCutter cuts a test's database off: it refuses new connections and ends
-// the open ones, as a database that went down would; restore lets them in.
-type dbCutter struct {
-	t     *testing.T
-	admin *pgx.Conn
-	name  string
-}
-
-func cutter(t *testing.T, e *env) *dbCutter {
+// relayLines parses the relay's retry lines from a JSON log.
+func relayLines(t *testing.T, logs string) []testkit.LogLine {
 	t.Helper()
-	var name string
-	if err := e.store.Pool().QueryRow(context.Background(), `SELECT current_database()`).Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	c := &dbCutter{t: t, admin: testkit.Connect(t, pgtest.AdminURL(t)), name: name}
-	t.Cleanup(c.restore)
-	return c
+	return testkit.JSONLog(t, logs, "relay: publish events")
 }
 
-func (c *dbCutter) exec(sql string, args ...any) {
-	c.t.Helper()
-	if _, err := c.admin.Exec(context.Background(), sql, args...); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-func (c *dbCutter) cut() {
-	c.t.Helper()
-	c.exec(`ALTER DATABASE ` + pgx.Identifier{c.name}.Sanitize() + ` ALLOW_CONNECTIONS false`)
-	c.exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, c.name)
-}
-
-func (c *dbCutter) restore() {
-	c.t.Helper()
-	c.exec(`ALTER DATABASE ` + pgx.Identifier{c.name}.Sanitize() + ` ALLOW_CONNECTIONS true`)
-}
-
-// relayLines parses the relay's retry lines ("relay: publish events") from a
-// JSON log.
-func relayLines(t *testing.T, logs string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, s := range strings.Split(logs, "\n") {
-		if s == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(s), &m); err != nil {
-			t.Fatalf("log line %q: %v", s, err)
-		}
-		if m["msg"] == "relay: publish events" {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func withState(lines []map[string]any, states ...string) []map[string]any {
-	var out []map[string]any
-	for _, ln := range lines {
-		for _, s := range states {
-			if ln["state"] == s {
-				out = append(out, ln)
-			}
-		}
-	}
-	return out
-}
-
-func withLevel(lines []map[string]any, levels ...string) []map[string]any {
-	var out []map[string]any
-	for _, ln := range lines {
-		for _, l := range levels {
-			if ln["level"] == l {
-				out = append(out, ln)
-			}
-		}
-	}
-	return out
-}
-
-func countCeiling(lines []map[string]any, ceiling time.Duration) int {
+func countCeiling(lines []testkit.LogLine, ceiling time.Duration) int {
 	n := 0
 	for _, ln := range lines {
 		if s, ok := ln["backoff_ceiling"].(string); ok {
