@@ -68,6 +68,18 @@ func (o *Outage) Succeeded() {
 	o.since, o.logged, o.attempts = time.Time{}, time.Time{}, 0
 }
 
+// Retrying draws the wait after the attempt-th failure in a row by p, and
+// logs it at DEBUG ("state": "retrying") under the outage's message, for a
+// retry loop that another package runs (the NATS client's reconnects), whose
+// failures are reported through Failed.
+func (o *Outage) Retrying(p Policy, attempt int) time.Duration {
+	ceiling := p.Ceiling(attempt)
+	wait := jitter(ceiling)
+	o.log.Debug(o.msg, "state", "retrying", "attempt", attempt,
+		"retry_in", roundDuration(wait), "backoff_ceiling", roundDuration(ceiling))
+	return wait
+}
+
 // Down reports whether an outage is under way: the last attempt failed.
 func (o *Outage) Down() bool {
 	o.mu.Lock()
