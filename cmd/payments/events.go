@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,18 +14,39 @@ import (
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/relay"
+	"github.com/exactlyonce/payments/internal/retry"
 )
 
 // connectNATS connects to NATS, retrying in the background if it is down:
 // the relay waits outages out, and events wait in the outbox meanwhile.
 func connectNATS(url string, log *slog.Logger) (*nats.Conn, error) {
+	return connectNATSWith(url, log, retry.Default)
+}
+
+// connectNATSWith is connectNATS with the reconnects backing off by p
+// (internal/retry: full jitter, reset by a connection), and the connection's
+// outages logged as changes of state ("NATS: connection": down, still down
+// once a minute, up), not once per attempt. Closing it is no outage.
+func connectNATSWith(url string, log *slog.Logger, p retry.Policy) (*nats.Conn, error) {
+	conn := retry.NewOutage(log, "NATS: connection")
+	failed := func(nc *nats.Conn, err error) {
+		if nc.IsClosed() {
+			return
+		}
+		if err == nil {
+			err = errors.New("disconnected")
+		}
+		conn.Failed(err)
+	}
 	nc, err := nats.Connect(url,
 		nats.Name("payments"),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "error", err) }),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info("NATS reconnected") }),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration { return conn.Retrying(p, attempts) }),
+		nats.DisconnectErrHandler(failed),
+		nats.ReconnectErrHandler(failed),
+		nats.ReconnectHandler(func(*nats.Conn) { conn.Succeeded() }),
+		nats.ConnectHandler(func(*nats.Conn) { conn.Succeeded() }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("invalid NATS_URL: %w", err)

@@ -76,7 +76,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer monitor.Close()
 	sampler := m.Backlog(outboxSampler(monitor, cfg.EventsHeldWarn, log))
-	stopSampler := runBackground(ctx, func(ctx context.Context) { sampler.Run(ctx, cfg.MetricsSample) })
+	stopSampler := runBackground(ctx, func(ctx context.Context) { sampler.Run(ctx, cfg.MetricsSample, log) })
 	defer stopSampler()
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)

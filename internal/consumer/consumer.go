@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/retry"
 )
 
 // Name is the durable consumer's name on the stream and in the inbox.
@@ -53,32 +54,15 @@ func New(inbox *Inbox, nc *nats.Conn, log *slog.Logger) (*Consumer, error) {
 }
 
 // Run consumes until ctx ends, waiting for the stream to exist. It returns nil
-// when ctx ends.
+// when ctx ends. Every wait for NATS or the database is the service's backoff
+// (internal/retry: exponential with full jitter, 250 ms up to 5 s, reset by a
+// success), and each kind of failure is logged as one outage (down, still
+// down once a minute, up), not once per attempt or per event.
 func (c *Consumer) Run(ctx context.Context) error {
-	var cons jetstream.Consumer
-	for {
-		var err error
-		cons, err = c.js.CreateOrUpdateConsumer(ctx, payment.EventStream, jetstream.ConsumerConfig{
-			Durable:       Name,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-			AckWait:       30 * time.Second,
-			MaxAckPending: 1000,
-		})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		c.log.Warn("consumer cannot attach to the stream yet; retrying", "error", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
+	cons := c.attach(ctx)
+	if cons == nil {
+		return nil // ctx ended
 	}
-
 	msgs, err := cons.Messages()
 	if err != nil {
 		return fmt.Errorf("consume: %w", err)
@@ -87,6 +71,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		<-ctx.Done()
 		msgs.Stop()
 	}()
+	receive := retry.NewLoop(c.log, "consumer: receive events", retry.Default)
+	apply := retry.NewLoop(c.log, "consumer: apply events", retry.Default)
 	for {
 		msg, err := msgs.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -94,28 +80,68 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			c.Stats.ReceiveErrors.Add(1)
-			c.log.Warn("receive event", "error", err)
+			if !receive.Fail(ctx, err) {
+				return nil
+			}
 			continue
 		}
-		err = c.handle(ctx, msg)
-		if errors.Is(err, errUnreadable) {
-			// It will never become readable: stop its redelivery, loudly.
-			c.Stats.Unreadable.Add(1)
-			c.log.Error("unreadable event terminated", "error", err, "subject", msg.Subject())
-			_ = msg.Term()
-			continue
+		receive.Succeed()
+		if !c.process(ctx, msg, apply) {
+			return nil
 		}
-		if err != nil {
-			c.Stats.ApplyErrors.Add(1)
-			c.log.Warn("event not applied; it will be redelivered", "error", err, "subject", msg.Subject())
-			_ = msg.NakWithDelay(time.Second)
-			continue
+	}
+}
+
+// attach creates or finds the durable consumer, waiting for the stream to
+// exist; nil when ctx ends first.
+func (c *Consumer) attach(ctx context.Context) jetstream.Consumer {
+	loop := retry.NewLoop(c.log, "consumer: attach to the stream", retry.Default)
+	for {
+		cons, err := c.js.CreateOrUpdateConsumer(ctx, payment.EventStream, jetstream.ConsumerConfig{
+			Durable:       Name,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 1000,
+		})
+		if err == nil {
+			loop.Succeed()
+			return cons
 		}
+		if ctx.Err() != nil || !loop.Fail(ctx, err) {
+			return nil
+		}
+	}
+}
+
+// process applies one message and acknowledges it. An event that cannot be
+// applied now (the database is down) goes back to the broker, and the
+// consumer waits its backoff (apply) before the next one: while the database
+// is down it tries one event per wait, not every event it holds. It reports
+// false when ctx ended during that wait.
+func (c *Consumer) process(ctx context.Context, msg jetstream.Msg, apply *retry.Loop) bool {
+	err := c.handle(ctx, msg)
+	switch {
+	case errors.Is(err, errUnreadable):
+		// It will never become readable: stop its redelivery, loudly.
+		c.Stats.Unreadable.Add(1)
+		c.log.Error("unreadable event terminated", "error", err, "subject", msg.Subject())
+		_ = msg.Term()
+	case err != nil && ctx.Err() != nil:
+		_ = msg.Nak() // stopping: not a failure
+		return false
+	case err != nil:
+		c.Stats.ApplyErrors.Add(1)
+		_ = msg.Nak()
+		return apply.Fail(ctx, err)
+	default:
+		apply.Succeed()
 		if err := msg.Ack(); err != nil {
 			c.Stats.AckErrors.Add(1)
 			c.log.Warn("ack event; it will be redelivered and skipped", "error", err)
 		}
 	}
+	return true
 }
 
 var errUnreadable = errors.New("unreadable event")

@@ -664,8 +664,8 @@ func TestJanitorKeepsLiveKeys(t *testing.T) {
 	const ttl = 24 * time.Hour
 	janitor := idempotency.NewJanitor(f.store, slog.New(slog.DiscardHandler), ttl, time.Hour, 100, time.Millisecond)
 	ctx := context.Background()
-	if n := janitor.Sweep(ctx); n != 0 || f.keys() != 3 {
-		t.Fatalf("a sweep of live keys deleted %d; %d keys left, want 3", n, f.keys())
+	if n, err := janitor.Sweep(ctx); err != nil || n != 0 || f.keys() != 3 {
+		t.Fatalf("a sweep of live keys deleted %d (%v); %d keys left, want 3", n, err, f.keys())
 	}
 	if again := f.post("/v1/charges", key, chargeBody(acct, 100)); !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry after the sweep: %d %s, want the stored answer", again.status, again.body)
@@ -674,8 +674,8 @@ func TestJanitorKeepsLiveKeys(t *testing.T) {
 WHERE merchant_id = $1 AND key = $2`, f.merchantID, key, ttl); err != nil {
 		t.Fatal(err)
 	}
-	if n := janitor.Sweep(ctx); n != 1 || f.keys() != 2 {
-		t.Errorf("a sweep with one expired key deleted %d; %d keys left, want 2", n, f.keys())
+	if n, err := janitor.Sweep(ctx); err != nil || n != 1 || f.keys() != 2 {
+		t.Errorf("a sweep with one expired key deleted %d (%v); %d keys left, want 2", n, err, f.keys())
 	}
 	if f.charges() != 1 || f.balance(acct) != 900 {
 		t.Errorf("%d charges, balance %d; want 1 and 900", f.charges(), f.balance(acct))

@@ -225,9 +225,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.backend.Ready(ctx); err != nil {
-		s.fail(w, r, fmt.Errorf("%w: %w", payment.ErrUnavailable, err))
+		s.notReady(w, r, err)
 		return
 	}
+	s.readiness.Succeeded()
 	resp, _ := jsonResponse(http.StatusOK, "", map[string]string{"status": "ready"})
 	writeResponse(w, resp, false)
 }

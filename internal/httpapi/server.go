@@ -23,6 +23,7 @@ import (
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/retry"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -67,10 +68,11 @@ type Options struct {
 
 // Server routes and answers HTTP requests.
 type Server struct {
-	backend Backend
-	log     *slog.Logger
-	opts    Options
-	router  chi.Router
+	backend   Backend
+	log       *slog.Logger
+	opts      Options
+	router    chi.Router
+	readiness *retry.Outage // what /readyz last found (ready.go)
 }
 
 // New returns the API's HTTP handler.
@@ -81,7 +83,7 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
 	}
-	s := &Server{backend: backend, log: log, opts: opts}
+	s := &Server{backend: backend, log: log, opts: opts, readiness: retry.NewOutage(log, readinessMsg)}
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer, s.canonicalPost)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -246,9 +248,19 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// Its client has gone: nobody reads the answer, and the service did
 		// not fail. (A charge's outcome, once known, is logged apart.)
 		s.log.InfoContext(r.Context(), "client left before its answer", "request_id", requestIDFrom(r.Context()), "error", err)
+	case p == probUnavailable && s.readiness.Down():
+		// The outage /readyz has reported (ready.go): each refusal it causes
+		// is no news, but keeps its cause and request id.
+		s.log.InfoContext(r.Context(), "request failed", "request_id", requestIDFrom(r.Context()), "error", err)
 	case !ok || p.status >= 500:
 		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestIDFrom(r.Context()), "error", err)
 	}
+	s.answerFailure(w, r, err)
+}
+
+// answerFailure writes err's problem (see fail) and logs nothing.
+func (s *Server) answerFailure(w http.ResponseWriter, r *http.Request, err error) {
+	p, ok := problemFor(err)
 	if !ok {
 		s.writeProblem(w, newProblem(probInternal, "internal error; request id "+requestIDFrom(r.Context())))
 		return

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/exactlyonce/payments/internal/retry"
 )
 
 // Expirer deletes expired keys; *postgres.Store implements it.
@@ -34,29 +36,40 @@ func NewJanitor(store Expirer, log *slog.Logger, ttl, interval time.Duration, ba
 	return &Janitor{store: store, log: log, ttl: ttl, interval: interval, batch: batch, pause: pause}
 }
 
-// Run sweeps every interval until ctx ends.
+// Run sweeps every interval until ctx ends. A sweep that fails is tried
+// again with the service's backoff for periodic work (retry.Periodic: within
+// an interval at first, then up to four intervals apart) until one succeeds,
+// and the failures are logged as one outage ("janitor: delete expired keys":
+// down, still down once a minute, up), not once per attempt.
 func (j *Janitor) Run(ctx context.Context) {
-	t := time.NewTicker(j.interval)
-	defer t.Stop()
+	loop := retry.NewLoop(j.log, "janitor: delete expired keys", retry.Periodic(j.interval))
 	for {
-		j.Sweep(ctx)
-		select {
-		case <-ctx.Done():
+		if _, err := j.Sweep(ctx); err != nil && ctx.Err() == nil {
+			if !loop.Fail(ctx, err) {
+				return
+			}
+			continue
+		}
+		loop.Succeed()
+		if !retry.Sleep(ctx, j.interval) {
 			return
-		case <-t.C:
 		}
 	}
 }
 
 // Sweep deletes every expired key, batch by batch, and returns how many it
-// deleted. It stops early if another janitor is at work or ctx ends.
-func (j *Janitor) Sweep(ctx context.Context) int64 {
+// deleted, and the error that stopped it, if any (Run logs it). It stops
+// early, without an error, if another janitor is at work or ctx ends.
+func (j *Janitor) Sweep(ctx context.Context) (int64, error) {
 	var total int64
+	var err error
 	for ctx.Err() == nil {
-		n, ran, err := j.store.DeleteExpiredKeys(ctx, j.ttl, j.batch)
+		var n int64
+		var ran bool
+		n, ran, err = j.store.DeleteExpiredKeys(ctx, j.ttl, j.batch)
 		if err != nil {
-			if ctx.Err() == nil {
-				j.log.Warn("janitor: delete expired keys", "error", err)
+			if ctx.Err() != nil {
+				err = nil // stopped, not failed
 			}
 			break
 		}
@@ -69,15 +82,14 @@ func (j *Janitor) Sweep(ctx context.Context) int64 {
 			j.caughtUp.Store(time.Now().Unix())
 			break
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(j.pause):
+		if !retry.Sleep(ctx, j.pause) {
+			break
 		}
 	}
 	if total > 0 {
 		j.log.Info("janitor: expired idempotency keys deleted", "deleted", total)
 	}
-	return total
+	return total, err
 }
 
 // CaughtUp reports when a sweep of this janitor last left no expired key;

@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/exactlyonce/payments/internal/groupcommit"
+	"github.com/exactlyonce/payments/internal/retry"
 )
 
 // Metrics records what the API does. Its methods are safe for concurrent use.
@@ -228,30 +230,38 @@ func (m *Metrics) Backlog(read func(context.Context) (OutboxSample, error)) *Bac
 }
 
 // Run samples at once and then every interval until ctx ends; a sample may
-// take at most interval.
-func (b *BacklogSampler) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+// take at most interval. After a failed sample it tries again with the
+// service's backoff for periodic work (retry.Periodic: within an interval at
+// first, then up to four intervals apart), and log, writing to log, gets the
+// outage as state changes ("outbox sampler: read the outbox": down, still
+// down once a minute, up), not a line per sample.
+func (b *BacklogSampler) Run(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	loop := retry.NewLoop(log, "outbox sampler: read the outbox", retry.Periodic(interval))
 	for {
-		b.sample(ctx, interval)
-		select {
-		case <-ctx.Done():
+		if err := b.sample(ctx, interval); err != nil && ctx.Err() == nil {
+			if !loop.Fail(ctx, err) {
+				return
+			}
+			continue
+		}
+		loop.Succeed()
+		if !retry.Sleep(ctx, interval) {
 			return
-		case <-t.C:
 		}
 	}
 }
 
-func (b *BacklogSampler) sample(ctx context.Context, timeout time.Duration) {
+func (b *BacklogSampler) sample(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sample, err := b.read(ctx)
 	b.samples.Add(1)
 	if err != nil {
 		b.errors.Add(1)
-		return
+		return err
 	}
 	b.mu.Lock()
 	b.last, b.at = sample, time.Now()
 	b.mu.Unlock()
+	return nil
 }

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 func scrape(t *testing.T, m *metrics.Metrics) string {
@@ -41,7 +43,7 @@ func TestBacklogSampled(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); b.Run(ctx, time.Hour) }()
+	go func() { defer close(done); b.Run(ctx, time.Hour, slog.New(slog.DiscardHandler)) }()
 	defer func() { cancel(); <-done }()
 	for reads.Load() == 0 || !strings.Contains(scrape(t, m), "payments_outbox_samples_total 1\n") {
 		time.Sleep(time.Millisecond)
@@ -80,9 +82,9 @@ func TestBacklogSampleFails(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); b.Run(ctx, 10*time.Millisecond) }()
-	// At least three failures: the sampler goes on every 10 ms, so the count
-	// may pass any exact value between two scrapes.
+	go func() { defer close(done); b.Run(ctx, 10*time.Millisecond, slog.New(slog.DiscardHandler)) }()
+	// At least three failures: the sampler goes on every 10 to 40 ms (its
+	// backoff), so the count may pass any exact value between two scrapes.
 	for counter(t, scrape(t, m), "payments_outbox_sample_errors_total") < 3 {
 		time.Sleep(time.Millisecond)
 	}
@@ -91,6 +93,60 @@ func TestBacklogSampleFails(t *testing.T) {
 	body := scrape(t, m)
 	if !strings.Contains(body, "payments_outbox_backlog_events 7\n") || strings.Contains(body, "payments_outbox_sample_age_seconds 0\n") {
 		t.Errorf("after failed samples, want the last good one (7) and a growing age:\n%s", body)
+	}
+}
+
+// TestBacklogSamplerLogsAnOutageOnce: while its reads fail, the sampler
+// tries again less and less often (ceilings from one interval up to four) and
+// writes one WARN for the outage; when a read succeeds again, one INFO says
+// so, with the attempts, and the gauges show the new sample.
+func TestBacklogSamplerLogsAnOutageOnce(t *testing.T) {
+	m := metrics.New()
+	var down atomic.Bool
+	down.Store(true)
+	b := m.Backlog(func(context.Context) (metrics.OutboxSample, error) {
+		if down.Load() {
+			return metrics.OutboxSample{}, errors.New("database down")
+		}
+		return metrics.OutboxSample{Backlog: 12}, nil
+	})
+	logs := &testkit.LogBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	const interval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx, interval, log) }()
+	defer func() { cancel(); <-done }()
+	lines := func() []testkit.LogLine { return testkit.JSONLog(t, logs.String(), "outbox sampler: read the outbox") }
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting until %s; log:\n%s", what, logs.Tail(3000))
+			}
+		}
+	}
+
+	waitFor("three waits at the cap", func() bool { return len(testkit.Where(lines(), "backoff_ceiling", (4*interval).String())) >= 3 })
+	down.Store(false)
+	waitFor("the sampler is back", func() bool { return len(testkit.Where(lines(), "state", "up")) == 1 })
+
+	all := lines()
+	attempts := testkit.Where(all, "state", "down", "retrying")
+	for i, ln := range attempts {
+		want := []time.Duration{interval, 2 * interval, 4 * interval}[min(i, 2)]
+		if ln["backoff_ceiling"] != want.String() {
+			t.Errorf("attempt %d: ceiling %v, want %v", i+1, ln["backoff_ceiling"], want)
+		}
+	}
+	if warns := testkit.Where(testkit.JSONLog(t, logs.String(), ""), "level", "WARN", "ERROR"); len(warns) != 1 || warns[0]["state"] != "down" {
+		t.Errorf("%d WARN/ERROR lines for one outage of %d failed samples, want one (down): %v", len(warns), len(attempts), warns)
+	}
+	if up := testkit.Where(all, "state", "up")[0]; up["level"] != "INFO" || up["attempts"] != float64(len(attempts)) {
+		t.Errorf("the end of the outage: %v, want INFO with attempts %d", up, len(attempts))
+	}
+	if body := scrape(t, m); !strings.Contains(body, "payments_outbox_backlog_events 12\n") {
+		t.Errorf("after the outage, want the new sample (12):\n%s", body)
 	}
 }
 

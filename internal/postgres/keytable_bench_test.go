@@ -185,10 +185,10 @@ SELECT (SELECT count(*) FROM idempotency_keys),
 
 	j := idempotency.NewJanitor(s, slog.New(slog.NewTextHandler(io.Discard, nil)), ttl, time.Hour, defaultJanitorBatch, defaultJanitorPause)
 	began = time.Now()
-	deleted := j.Sweep(ctx)
+	deleted, err := j.Sweep(ctx)
 	swept := time.Since(began)
-	if deleted != int64(n) {
-		b.Fatalf("the janitor deleted %d keys, want %d", deleted, n)
+	if err != nil || deleted != int64(n) {
+		b.Fatalf("the janitor deleted %d keys (%v), want %d", deleted, err, n)
 	}
 	batches := (deleted + defaultJanitorBatch - 1) / defaultJanitorBatch
 	deleting := swept - time.Duration(batches)*defaultJanitorPause

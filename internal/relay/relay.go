@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/retry"
 )
 
 // Stream is the JetStream stream the events go to; subjects are
@@ -109,38 +110,34 @@ func New(store payment.Outbox, nc *nats.Conn, log *slog.Logger, opts Options) (*
 }
 
 // Run relays until ctx ends: it stands by until it holds the outbox lease,
-// then publishes. Outages of NATS or PostgreSQL are waited out with growing
-// backoff; nothing is lost, events wait in the table. It returns nil when ctx
-// ends.
+// then publishes. Outages of NATS or PostgreSQL are waited out with the
+// service's backoff (internal/retry: exponential with full jitter from 250 ms
+// up to MaxBackoff, reset only once a round succeeds) and logged as changes of
+// state, not attempts; nothing is lost, events wait in the table. It returns
+// nil when ctx ends.
 func (r *Relay) Run(ctx context.Context) error {
-	const firstBackoff = 250 * time.Millisecond
-	backoff := firstBackoff
+	loop := retry.NewLoop(r.log, "relay: publish events", retry.Policy{First: retry.Default.First, Max: r.opts.MaxBackoff})
 	for {
-		began := time.Now()
-		err := r.lead(ctx)
+		err := r.lead(ctx, loop.Succeed)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, errStopped):
 			return err
 		case err == nil, errors.Is(err, payment.ErrNotLeader):
-			backoff = r.opts.Poll // a healthy standby looks again every Poll
+			loop.Succeed()          // the database answered: a healthy standby
+			sleep(ctx, r.opts.Poll) // looks again every Poll
 		default:
-			if time.Since(began) > r.opts.MaxBackoff || backoff == r.opts.Poll {
-				backoff = firstBackoff // it had been working: start over
-			} else {
-				backoff = min(backoff*2, r.opts.MaxBackoff)
-			}
-			r.log.Warn("relay interrupted; retrying", "error", err, "retry_in", backoff.String())
+			loop.Fail(ctx, err)
 		}
-		sleep(ctx, backoff)
 	}
 }
 
 var errStopped = errors.New("relay stopped before marking a published batch")
 
-// lead holds the lease and publishes until an error or ctx ends.
-func (r *Relay) lead(ctx context.Context) error {
+// lead holds the lease and publishes until an error or ctx ends, calling ok
+// after every round that succeeded.
+func (r *Relay) lead(ctx context.Context, ok func()) error {
 	lease, err := r.store.ClaimOutbox(ctx)
 	if err != nil {
 		return err
@@ -159,6 +156,7 @@ func (r *Relay) lead(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		ok()
 		if time.Since(lastPrune) > time.Minute {
 			if err := r.prune(ctx, lease); err != nil {
 				return err

@@ -1,8 +1,10 @@
 // Package testkit holds what the tests of several packages need: a log
 // buffer safe for concurrent writers, an embedded NATS server with JetStream,
 // a balance read straight from the table, the store with the charge path in
-// front of it as cmd/payments wires them (service.go), and the whole API in
-// process with a merchant of its own (api.go). Only tests import it.
+// front of it as cmd/payments wires them (service.go), the whole API in
+// process with a merchant of its own (api.go), and a switch that cuts a test
+// database off, with a reader of JSON logs, for outage tests (outage.go).
+// Only tests import it.
 package testkit
 
 import (
