@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -9,10 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestMakeRunKeepsTheComposeStacksPorts is make run beside a Compose stack
@@ -162,7 +162,7 @@ func (st *stack) makeRun(env []string) string {
 	// No load balancer to wait for when the SIGTERM below stops it.
 	cmd.Dir, cmd.Env = st.dir, append(append(st.env(), "SHUTDOWN_DELAY=0"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var said lockedBuffer
+	var said testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &said, &said
 	if err := cmd.Start(); err != nil {
 		st.t.Fatal(err)
@@ -276,21 +276,3 @@ func freePort(t *testing.T) int {
 }
 
 func freeAddr(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
-
-// lockedBuffer is a bytes.Buffer for two writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}

@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -275,13 +274,10 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 		t.Fatalf("charge.failed: %d events in the outbox, %d messages in the stream; want %d of each", inOutbox, inStream, failed)
 	}
 	logged := map[string]int{}
-	for _, line := range strings.Split(logs.String(), "\n") {
-		var l struct {
-			Level, Msg string
-			EventID    string `json:"event_id"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "event applied" && l.Level == "INFO" {
-			logged[l.EventID]++
+	for _, l := range testkit.JSONLog(t, logs.String(), "event applied") {
+		if l["level"] == "INFO" {
+			id, _ := l["event_id"].(string)
+			logged[id]++
 		}
 	}
 	if int64(len(logged)) != events {
