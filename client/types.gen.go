@@ -58,24 +58,6 @@ func (e ChargeObject) Valid() bool {
 	}
 }
 
-// Defines values for ChargeStatus.
-const (
-	ChargeStatusFailed    ChargeStatus = "failed"
-	ChargeStatusSucceeded ChargeStatus = "succeeded"
-)
-
-// Valid indicates whether the value is a known member of the ChargeStatus enum.
-func (e ChargeStatus) Valid() bool {
-	switch e {
-	case ChargeStatusFailed:
-		return true
-	case ChargeStatusSucceeded:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ChargeListObject.
 const (
 	ChargeListObjectList ChargeListObject = "list"
@@ -85,6 +67,33 @@ const (
 func (e ChargeListObject) Valid() bool {
 	switch e {
 	case ChargeListObjectList:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ChargeStatus.
+const (
+	ChargeStatusAuthorized ChargeStatus = "authorized"
+	ChargeStatusExpired    ChargeStatus = "expired"
+	ChargeStatusFailed     ChargeStatus = "failed"
+	ChargeStatusSucceeded  ChargeStatus = "succeeded"
+	ChargeStatusVoided     ChargeStatus = "voided"
+)
+
+// Valid indicates whether the value is a known member of the ChargeStatus enum.
+func (e ChargeStatus) Valid() bool {
+	switch e {
+	case ChargeStatusAuthorized:
+		return true
+	case ChargeStatusExpired:
+		return true
+	case ChargeStatusFailed:
+		return true
+	case ChargeStatusSucceeded:
+		return true
+	case ChargeStatusVoided:
 		return true
 	default:
 		return false
@@ -123,11 +132,15 @@ func (e EventObject) Valid() bool {
 
 // Defines values for EventType.
 const (
-	EventTypeAccountCreated  EventType = "account.created"
-	EventTypeChargeFailed    EventType = "charge.failed"
-	EventTypeChargeSucceeded EventType = "charge.succeeded"
-	EventTypeDepositCreated  EventType = "deposit.created"
-	EventTypeRefundCreated   EventType = "refund.created"
+	EventTypeAccountCreated   EventType = "account.created"
+	EventTypeChargeAuthorized EventType = "charge.authorized"
+	EventTypeChargeCaptured   EventType = "charge.captured"
+	EventTypeChargeExpired    EventType = "charge.expired"
+	EventTypeChargeFailed     EventType = "charge.failed"
+	EventTypeChargeSucceeded  EventType = "charge.succeeded"
+	EventTypeChargeVoided     EventType = "charge.voided"
+	EventTypeDepositCreated   EventType = "deposit.created"
+	EventTypeRefundCreated    EventType = "refund.created"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -135,9 +148,17 @@ func (e EventType) Valid() bool {
 	switch e {
 	case EventTypeAccountCreated:
 		return true
+	case EventTypeChargeAuthorized:
+		return true
+	case EventTypeChargeCaptured:
+		return true
+	case EventTypeChargeExpired:
+		return true
 	case EventTypeChargeFailed:
 		return true
 	case EventTypeChargeSucceeded:
+		return true
+	case EventTypeChargeVoided:
 		return true
 	case EventTypeDepositCreated:
 		return true
@@ -180,8 +201,17 @@ func (e RefundObject) Valid() bool {
 
 // Account A customer account.
 type Account struct {
-	// Balance The current balance in minor units: deposits − succeeded charges +
-	// refunds. Never negative.
+	// Available What a new charge or authorization can take, in minor units: the
+	// balance less the amounts held by live authorizations (status
+	// `authorized`, `expires_at` not yet passed). At most `balance`,
+	// never negative. An authorization that has expired holds nothing
+	// here from its `expires_at` on, whether or not the service has yet
+	// written its expiry.
+	Available int64 `json:"available"`
+
+	// Balance The current balance in minor units: deposits − captured amounts
+	// (`amount_captured` of its charges) + refunds. Never negative. An
+	// authorization does not move it; its capture does.
 	Balance int64 `json:"balance"`
 
 	// CreatedAt RFC 3339 in UTC with microseconds.
@@ -224,7 +254,18 @@ type AccountId = string
 // Examples: 500
 type Amount = int64
 
-// Charge Money taken from an account, or a recorded attempt that failed.
+// CaptureCharge A capture of an authorization. Without `amount` (an empty body or
+// `{}`), captures the whole authorization. Unknown fields are
+// `400 invalid-request`.
+type CaptureCharge struct {
+	// Amount An amount in minor units of the currency (cents for USD, yen for JPY).
+	//
+	// Examples: 500
+	Amount *Amount `json:"amount,omitempty"`
+}
+
+// Charge Money taken from an account, an authorization that holds it for a later
+// capture (and what became of it), or a recorded attempt that failed.
 type Charge struct {
 	// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
@@ -236,7 +277,14 @@ type Charge struct {
 	// Examples: 500
 	Amount Amount `json:"amount"`
 
-	// AmountRefunded The total refunded so far, in minor units; at most `amount`.
+	// AmountCaptured What was taken from the account, in minor units: `amount` for a
+	// succeeded charge created with `capture` true, what its capture took
+	// for a captured authorization (at most `amount`), and 0 for a charge
+	// that is `failed`, `authorized`, `voided` or `expired`. Refunds give
+	// back at most this much.
+	AmountCaptured int64 `json:"amount_captured"`
+
+	// AmountRefunded The total refunded so far, in minor units; at most `amount_captured`.
 	AmountRefunded int64 `json:"amount_refunded"`
 
 	// CreatedAt RFC 3339 in UTC with microseconds.
@@ -252,9 +300,16 @@ type Charge struct {
 	// Description The description given at creation, or null.
 	Description *Description `json:"description"`
 
+	// ExpiresAt For an authorization (`capture` false), when its hold lapses: its
+	// creation time plus the service's `CHARGE_AUTHORIZATION_TTL`. From
+	// then on, if it was neither captured nor voided, it is `expired`.
+	// Kept once the authorization is captured, voided or expired. Null
+	// for a charge created with `capture` true, and for a failed one.
+	ExpiresAt *Timestamp `json:"expires_at"`
+
 	// FailureCode Why a failed charge failed, spelt as the code of the problem its
-	// request was answered with; null for a succeeded one.
-	// `insufficient-funds`: the balance did not cover the amount.
+	// request was answered with; null for a charge of any other status.
+	// `insufficient-funds`: the available funds did not cover the amount.
 	// `insufficient_funds` is the former spelling of the same code: the
 	// service no longer writes it, but the `data` of events written by
 	// earlier versions keeps it (events never change once written).
@@ -274,14 +329,23 @@ type Charge struct {
 	Metadata Metadata     `json:"metadata"`
 	Object   ChargeObject `json:"object"`
 
-	// Status `succeeded`: the amount was taken from the account. `failed`: no money
-	// moved; `failure_code` says why.
+	// Status Where a charge stands. `succeeded`: money was taken from the account,
+	// `amount_captured` of it (the whole amount, unless a capture took part
+	// of an authorization); it can be refunded. `failed`: no money moved;
+	// `failure_code` says why. `authorized`: the amount is held (the
+	// account's `available` excludes it) but not taken, until a capture, a
+	// void or `expires_at`. `voided`: the authorization was released by a
+	// void; no money moved. `expired`: the authorization was neither captured
+	// nor voided before `expires_at`, and its hold was released; no money
+	// moved. Every read shows an authorization whose `expires_at` has passed
+	// as `expired`, whether or not the service has yet written the change.
+	// `succeeded`, `failed`, `voided` and `expired` are final.
 	Status ChargeStatus `json:"status"`
 }
 
 // ChargeFailureCode Why a failed charge failed, spelt as the code of the problem its
-// request was answered with; null for a succeeded one.
-// `insufficient-funds`: the balance did not cover the amount.
+// request was answered with; null for a charge of any other status.
+// `insufficient-funds`: the available funds did not cover the amount.
 // `insufficient_funds` is the former spelling of the same code: the
 // service no longer writes it, but the `data` of events written by
 // earlier versions keeps it (events never change once written).
@@ -290,10 +354,6 @@ type ChargeFailureCode string
 
 // ChargeObject defines model for Charge.Object.
 type ChargeObject string
-
-// ChargeStatus `succeeded`: the amount was taken from the account. `failed`: no money
-// moved; `failure_code` says why.
-type ChargeStatus string
 
 // ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
 //
@@ -311,6 +371,19 @@ type ChargeList struct {
 
 // ChargeListObject defines model for ChargeList.Object.
 type ChargeListObject string
+
+// ChargeStatus Where a charge stands. `succeeded`: money was taken from the account,
+// `amount_captured` of it (the whole amount, unless a capture took part
+// of an authorization); it can be refunded. `failed`: no money moved;
+// `failure_code` says why. `authorized`: the amount is held (the
+// account's `available` excludes it) but not taken, until a capture, a
+// void or `expires_at`. `voided`: the authorization was released by a
+// void; no money moved. `expired`: the authorization was neither captured
+// nor voided before `expires_at`, and its hold was released; no money
+// moved. Every read shows an authorization whose `expires_at` has passed
+// as `expired`, whether or not the service has yet written the change.
+// `succeeded`, `failed`, `voided` and `expired` are final.
+type ChargeStatus string
 
 // Currency An uppercase ISO 4217 currency code. Unknown codes are `400 invalid-request`.
 //
@@ -359,7 +432,12 @@ type Description = string
 
 // Event Something that happened to money, written in the same transaction as the
 // change. `data` is the object it describes, as it was when the event
-// happened.
+// happened. Events never change once written: the `data` of events
+// written before authorizations existed has no `amount_captured` or
+// `expires_at` (a charge) and no `available` (an account). Read a
+// missing `amount_captured` as `amount` for a succeeded charge and 0
+// for a failed one, a missing `expires_at` as null, and a missing
+// `available` as the `balance`.
 type Event struct {
 	// CreatedAt RFC 3339 in UTC with microseconds.
 	//
@@ -376,6 +454,15 @@ type Event struct {
 	Object EventObject `json:"object"`
 
 	// Type What happened; `data` is the object of the matching kind.
+	// `charge.succeeded` and `charge.failed`: a charge was made or
+	// refused. `charge.authorized`: an authorization (`capture` false)
+	// now holds its amount. `charge.captured`: an authorization was
+	// captured (its `amount_captured` was taken). `charge.voided`: an
+	// authorization was voided. `charge.expired`: an authorization
+	// lapsed at its `expires_at`; this event is written by the service
+	// shortly after, reads have shown the charge `expired` from
+	// `expires_at` on. The `data` of every `charge.*` event is the charge
+	// as of that change.
 	Type EventType `json:"type"`
 }
 
@@ -383,6 +470,15 @@ type Event struct {
 type EventObject string
 
 // EventType What happened; `data` is the object of the matching kind.
+// `charge.succeeded` and `charge.failed`: a charge was made or
+// refused. `charge.authorized`: an authorization (`capture` false)
+// now holds its amount. `charge.captured`: an authorization was
+// captured (its `amount_captured` was taken). `charge.voided`: an
+// authorization was voided. `charge.expired`: an authorization
+// lapsed at its `expires_at`; this event is written by the service
+// shortly after, reads have shown the charge `expired` from
+// `expires_at` on. The `data` of every `charge.*` event is the charge
+// as of that change.
 type EventType string
 
 // EventId An event id, `evt_` and 32 lowercase hexadecimal digits.
@@ -407,8 +503,21 @@ type InsufficientFundsProblem struct {
 	// ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: ch_0097748e0b70e31f14e42883ee36d0e5
-	ChargeId ChargeId    `json:"charge_id"`
-	Code     interface{} `json:"code"`
+	ChargeId ChargeId `json:"charge_id"`
+
+	// ChargeStatus Where a charge stands. `succeeded`: money was taken from the account,
+	// `amount_captured` of it (the whole amount, unless a capture took part
+	// of an authorization); it can be refunded. `failed`: no money moved;
+	// `failure_code` says why. `authorized`: the amount is held (the
+	// account's `available` excludes it) but not taken, until a capture, a
+	// void or `expires_at`. `voided`: the authorization was released by a
+	// void; no money moved. `expired`: the authorization was neither captured
+	// nor voided before `expires_at`, and its hold was released; no money
+	// moved. Every read shows an authorization whose `expires_at` has passed
+	// as `expired`, whether or not the service has yet written the change.
+	// `succeeded`, `failed`, `voided` and `expired` are final.
+	ChargeStatus *ChargeStatus `json:"charge_status,omitempty"`
+	Code         interface{}   `json:"code"`
 
 	// Detail What went wrong with this request, naming the field or value at fault.
 	//
@@ -468,6 +577,12 @@ type NewCharge struct {
 	// Examples: 500
 	Amount Amount `json:"amount"`
 
+	// Capture `true` (the default): take the amount now; the charge is
+	// `succeeded`. `false`: authorize it: hold the amount for a later
+	// capture or void; the charge is `authorized` until then, and
+	// `expired` from its `expires_at` on.
+	Capture *bool `json:"capture,omitempty"`
+
 	// Currency An uppercase ISO 4217 currency code. Unknown codes are `400 invalid-request`.
 	//
 	// Examples: USD
@@ -508,6 +623,19 @@ type ProblemBody struct {
 	//
 	// Examples: ch_0097748e0b70e31f14e42883ee36d0e5
 	ChargeId *ChargeId `json:"charge_id,omitempty"`
+
+	// ChargeStatus Where a charge stands. `succeeded`: money was taken from the account,
+	// `amount_captured` of it (the whole amount, unless a capture took part
+	// of an authorization); it can be refunded. `failed`: no money moved;
+	// `failure_code` says why. `authorized`: the amount is held (the
+	// account's `available` excludes it) but not taken, until a capture, a
+	// void or `expires_at`. `voided`: the authorization was released by a
+	// void; no money moved. `expired`: the authorization was neither captured
+	// nor voided before `expires_at`, and its hold was released; no money
+	// moved. Every read shows an authorization whose `expires_at` has passed
+	// as `expired`, whether or not the service has yet written the change.
+	// `succeeded`, `failed`, `voided` and `expired` are final.
+	ChargeStatus *ChargeStatus `json:"charge_status,omitempty"`
 
 	// Code The problem type's slug, the last segment of `type`. See the table of
 	// codes in the introduction; new codes may be added.
@@ -588,6 +716,9 @@ type RefundId = string
 //
 // Examples: 2026-11-30T12:00:00.123456Z
 type Timestamp = time.Time
+
+// VoidCharge A void has no fields; the body, if any, is `{}`. Unknown fields are `400 invalid-request`.
+type VoidCharge = struct{}
 
 // AccountIdPath An account id, `acct_` and 32 lowercase hexadecimal digits.
 //
@@ -810,6 +941,40 @@ type GetChargeParams struct {
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
+// CaptureChargeParams defines parameters for CaptureCharge.
+type CaptureChargeParams struct {
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
 // CreateRefundParams defines parameters for CreateRefund.
 type CreateRefundParams struct {
 	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
@@ -852,6 +1017,40 @@ type GetRefundParams struct {
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
+// VoidChargeParams defines parameters for VoidCharge.
+type VoidChargeParams struct {
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
 // ListEventsParams defines parameters for ListEvents.
 type ListEventsParams struct {
 	// Limit How many objects a page holds at most, 1 to 100. Out of range is `400 invalid-request`.
@@ -876,5 +1075,11 @@ type CreateDepositJSONRequestBody = NewDeposit
 // CreateChargeJSONRequestBody defines body for CreateCharge for application/json ContentType.
 type CreateChargeJSONRequestBody = NewCharge
 
+// CaptureChargeJSONRequestBody defines body for CaptureCharge for application/json ContentType.
+type CaptureChargeJSONRequestBody = CaptureCharge
+
 // CreateRefundJSONRequestBody defines body for CreateRefund for application/json ContentType.
 type CreateRefundJSONRequestBody = NewRefund
+
+// VoidChargeJSONRequestBody defines body for VoidCharge for application/json ContentType.
+type VoidChargeJSONRequestBody = VoidCharge
