@@ -93,7 +93,8 @@ func (c *Client) CreateAccount(ctx context.Context, in NewAccount, opts ...CallO
 	return post[Account](ctx, c, "/v1/accounts", in, opts)
 }
 
-// GetAccount reads an account with its balance. Errors as for CreateAccount;
+// GetAccount reads an account with its balance and available funds. Errors
+// as for CreateAccount;
 // an unknown account is a *Problem with Code CodeNotFound.
 func (c *Client) GetAccount(ctx context.Context, id AccountId) (*Result[Account], error) {
 	return get[Account](ctx, c, "/v1/accounts/"+url.PathEscape(id), nil)
@@ -110,15 +111,18 @@ func (c *Client) GetDeposit(ctx context.Context, accountID AccountId, id Deposit
 	return get[Deposit](ctx, c, "/v1/accounts/"+url.PathEscape(accountID)+"/deposits/"+url.PathEscape(id), nil)
 }
 
-// CreateCharge charges an account (POST /v1/charges). A balance that does not
-// cover it is a *Problem with Code CodeInsufficientFunds and the ChargeID of
-// the failed charge the service recorded; other refusals are *Problem too,
-// and a *RetryError says it gave up retrying.
+// CreateCharge charges an account (POST /v1/charges), or, with in.Capture
+// false, authorizes the amount for a later Capture or Void. Available funds
+// that do not cover it are a *Problem with Code CodeInsufficientFunds and the
+// ChargeID of the failed charge the service recorded; other refusals are
+// *Problem too, and a *RetryError says it gave up retrying.
 func (c *Client) CreateCharge(ctx context.Context, in NewCharge, opts ...CallOption) (*Result[Charge], error) {
 	return post[Charge](ctx, c, "/v1/charges", in, opts)
 }
 
-// GetCharge reads a charge with its amount_refunded. Errors as for GetAccount.
+// GetCharge reads a charge with its amount_captured and amount_refunded; an
+// authorization past its expires_at reads as expired. Errors as for
+// GetAccount.
 func (c *Client) GetCharge(ctx context.Context, id ChargeId) (*Result[Charge], error) {
 	return get[Charge](ctx, c, "/v1/charges/"+url.PathEscape(id), nil)
 }
@@ -161,9 +165,26 @@ func (c *Client) Charges(ctx context.Context, p ListChargesParams) iter.Seq2[Cha
 	}
 }
 
-// CreateRefund gives back all of a charge, or in.Amount of it (POST
-// /v1/charges/{id}/refunds). Refusals are a *Problem: CodeRefundExceedsCharge,
-// CodeChargeNotRefundable, CodeNotFound.
+// Capture takes all of an authorized charge, or in.Amount of it (POST
+// /v1/charges/{id}/capture), and releases the rest of its hold; the answer
+// is the charge, now succeeded. Refusals are a *Problem:
+// CodeChargeNotCapturable (with ChargeStatus, such as "expired"),
+// CodeCaptureExceedsAuthorization, CodeNotFound.
+func (c *Client) Capture(ctx context.Context, chargeID ChargeId, in CaptureCharge, opts ...CallOption) (*Result[Charge], error) {
+	return post[Charge](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/capture", in, opts)
+}
+
+// Void releases the whole hold of an authorized charge (POST
+// /v1/charges/{id}/void); the answer is the charge, now voided. Refusals are
+// a *Problem: CodeChargeNotVoidable (with ChargeStatus), CodeNotFound.
+func (c *Client) Void(ctx context.Context, chargeID ChargeId, opts ...CallOption) (*Result[Charge], error) {
+	return post[Charge](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/void", VoidCharge{}, opts)
+}
+
+// CreateRefund gives back all of a charge's captured amount, or in.Amount of
+// it (POST /v1/charges/{id}/refunds). Refusals are a *Problem:
+// CodeRefundExceedsCharge, CodeChargeNotRefundable (the charge is not
+// succeeded), CodeNotFound.
 func (c *Client) CreateRefund(ctx context.Context, chargeID ChargeId, in NewRefund, opts ...CallOption) (*Result[Refund], error) {
 	return post[Refund](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/refunds", in, opts)
 }

@@ -18,8 +18,22 @@
 // Every method takes a context.Context and returns a *Result whose Data is
 // the decoded answer: CreateAccount, GetAccount, Deposit, GetDeposit,
 // CreateCharge, GetCharge, ListCharges (and Charges, which pages for you),
-// CreateRefund, GetRefund and ListEvents. The request and response types (NewCharge, Charge, ...) are
-// generated from the service's openapi.yaml, so their fields are the API's.
+// Capture, Void, CreateRefund, GetRefund and ListEvents. The request and
+// response types (NewCharge, Charge, ...) are generated from the service's
+// openapi.yaml, so their fields are the API's.
+//
+// # Authorize now, capture later
+//
+// CreateCharge with NewCharge.Capture set to false authorizes the amount: the
+// charge is ChargeStatusAuthorized, the account's Available drops by the
+// amount and its Balance does not move. Capture then takes all of it, or
+// CaptureCharge.Amount of it (ChargeStatusSucceeded, AmountCaptured), and Void
+// releases it (ChargeStatusVoided). Past its ExpiresAt an authorization reads
+// as ChargeStatusExpired at once. Capture and Void are POSTs like the others:
+// one key per call, reused on every retry, so a capture retried after a lost
+// answer takes the money once. A charge that is no longer authorized is
+// refused with CodeChargeNotCapturable or CodeChargeNotVoidable, and
+// Problem.ChargeStatus says what it is instead.
 //
 // # One operation, one key
 //
@@ -108,6 +122,13 @@
 // events written by earlier versions of the service, its former spelling
 // ChargeFailureCodeInsufficientFundsFormer ("insufficient_funds", named by
 // overlay.yaml): read both as the same refusal.
+//
+// Events are never rewritten, so the Data of events written before
+// authorizations existed lacks amount_captured, expires_at and available: a
+// Charge decoded from one has AmountCaptured 0 and ExpiresAt nil (read its
+// AmountCaptured as Amount if it succeeded), an Account has Available 0
+// (read it as Balance). VoidCharge, an object with no fields, is struct{}
+// (overlay.yaml).
 //
 // # The module
 //

@@ -23,6 +23,9 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// ChargeID is the failed charge that insufficient-funds recorded.
 	ChargeID string `json:"charge_id,omitempty"`
+	// ChargeStatus is the status of the charge that charge-not-capturable
+	// or charge-not-voidable refused ("succeeded", "expired", ...).
+	ChargeStatus string `json:"charge_status,omitempty"`
 
 	// RetryAfter is the response's Retry-After, zero when it had none.
 	RetryAfter time.Duration `json:"-"`
@@ -37,18 +40,21 @@ type Problem struct {
 // The problem codes a program is most likely to switch on; openapi.yaml lists
 // them all, and new ones may be added.
 const (
-	CodeInvalidRequest      = "invalid-request"
-	CodeUnauthorized        = "unauthorized"
-	CodeInsufficientFunds   = "insufficient-funds"
-	CodeNotFound            = "not-found"
-	CodeAccountNotFound     = "account-not-found"
-	CodeKeyInUse            = "idempotency-key-in-use"
-	CodeKeyReused           = "idempotency-key-reused"
-	CodeChargeNotRefundable = "charge-not-refundable"
-	CodeCurrencyMismatch    = "currency-mismatch"
-	CodeRefundExceedsCharge = "refund-exceeds-charge"
-	CodeInternalError       = "internal-error"
-	CodeServiceUnavailable  = "service-unavailable"
+	CodeInvalidRequest              = "invalid-request"
+	CodeUnauthorized                = "unauthorized"
+	CodeInsufficientFunds           = "insufficient-funds"
+	CodeNotFound                    = "not-found"
+	CodeAccountNotFound             = "account-not-found"
+	CodeKeyInUse                    = "idempotency-key-in-use"
+	CodeKeyReused                   = "idempotency-key-reused"
+	CodeChargeNotRefundable         = "charge-not-refundable"
+	CodeChargeNotCapturable         = "charge-not-capturable"
+	CodeChargeNotVoidable           = "charge-not-voidable"
+	CodeCurrencyMismatch            = "currency-mismatch"
+	CodeRefundExceedsCharge         = "refund-exceeds-charge"
+	CodeInternalError               = "internal-error"
+	CodeServiceUnavailable          = "service-unavailable"
+	CodeCaptureExceedsAuthorization = "capture-exceeds-authorization"
 )
 
 func (p *Problem) Error() string {

@@ -99,6 +99,56 @@ func ExampleClient_CreateRefund() {
 	fmt.Println(res.Data.Id, res.Data.Amount)
 }
 
+// Authorize now, capture later: CreateCharge with Capture false holds the
+// amount; Capture takes all or part of it, Void releases it. An authorization
+// not captured by its ExpiresAt expires, and a capture then is refused with
+// charge-not-capturable and ChargeStatus "expired".
+func ExampleClient_Capture() {
+	ctx := context.Background()
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
+
+	capture := false
+	auth, err := c.CreateCharge(ctx, client.NewCharge{
+		AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef",
+		Amount:    3_000, // held, not taken: the account's Available drops, its Balance does not
+		Currency:  "USD",
+		Capture:   &capture,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(auth.Data.Status, "until", auth.Data.ExpiresAt) // authorized until ...
+
+	// The order shipped without one item: take 25.00, release the rest.
+	amount := int64(2_500)
+	res, err := c.Capture(ctx, auth.Data.Id, client.CaptureCharge{Amount: &amount})
+	var p *client.Problem
+	switch {
+	case errors.As(err, &p) && p.Code == client.CodeChargeNotCapturable:
+		fmt.Println("too late: the charge is", p.ChargeStatus) // expired, voided, ...
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Println(res.Data.Status, res.Data.AmountCaptured) // succeeded 2500
+	}
+}
+
+// Void releases an authorization's whole hold; no money moves.
+func ExampleClient_Void() {
+	ctx := context.Background()
+	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
+
+	res, err := c.Void(ctx, "ch_5b1e0c2a9f8d4e3b7a6c1d2e3f4a5b6c")
+	var p *client.Problem
+	if errors.As(err, &p) && p.Code == client.CodeChargeNotVoidable {
+		fmt.Println("not an authorization any more:", p.ChargeStatus)
+		return
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Data.Status) // voided
+}
+
 // Charges pages through the list for you; ListCharges reads one page.
 func ExampleClient_Charges() {
 	ctx := context.Background()

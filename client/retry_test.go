@@ -42,6 +42,8 @@ func TestRetryable(t *testing.T) {
 	}{
 		{http.StatusConflict, CodeKeyInUse, true},
 		{http.StatusConflict, CodeChargeNotRefundable, false},
+		{http.StatusConflict, CodeChargeNotCapturable, false},
+		{http.StatusConflict, CodeChargeNotVoidable, false},
 		{http.StatusTooManyRequests, "", true},
 		{http.StatusInternalServerError, CodeInternalError, true},
 		{http.StatusBadGateway, "", true},
@@ -52,6 +54,7 @@ func TestRetryable(t *testing.T) {
 		{http.StatusNotFound, CodeNotFound, false},
 		{http.StatusUnprocessableEntity, CodeKeyReused, false},
 		{http.StatusUnprocessableEntity, CodeRefundExceedsCharge, false},
+		{http.StatusUnprocessableEntity, CodeCaptureExceedsAuthorization, false},
 	} {
 		if got := retryable(tc.status, tc.code); got != tc.want {
 			t.Errorf("retryable(%d, %q) = %v, want %v", tc.status, tc.code, got, tc.want)
