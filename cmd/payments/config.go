@@ -14,32 +14,34 @@ import (
 // config is the service's configuration: environment variables, each
 // overridable by a flag.
 type config struct {
-	DatabaseURL     string
-	HTTPAddr        string
-	IdempotencyTTL  time.Duration
-	IdempotencyWait time.Duration
-	CommitWait      time.Duration
-	DBMaxConns      int32
-	ShutdownTimeout time.Duration
-	ShutdownDelay   time.Duration
-	TrustedProxies  []netip.Prefix
-	LogLevel        slog.Level
-	NATSURL         string
-	RelayEnabled    bool
-	RelayBatch      int
-	ChargeBatchSize int
-	PprofAddr       string
-	MetricsAddr     string
-	MetricsSample   time.Duration
-	EventsHeldWarn  time.Duration
-	ChargeBatches   int
-	RelayPoll       time.Duration
-	EventRetention  time.Duration
-	CacheSize       int
-	CacheBytes      int64
-	JanitorInterval time.Duration
-	JanitorBatch    int
-	MigrateWait     time.Duration
+	DatabaseURL      string
+	HTTPAddr         string
+	IdempotencyTTL   time.Duration
+	IdempotencyWait  time.Duration
+	CommitWait       time.Duration
+	DBMaxConns       int32
+	ShutdownTimeout  time.Duration
+	ShutdownDelay    time.Duration
+	TrustedProxies   []netip.Prefix
+	LogLevel         slog.Level
+	NATSURL          string
+	RelayEnabled     bool
+	RelayBatch       int
+	ChargeBatchSize  int
+	PprofAddr        string
+	MetricsAddr      string
+	MetricsSample    time.Duration
+	EventsHeldWarn   time.Duration
+	ChargeBatches    int
+	RelayPoll        time.Duration
+	EventRetention   time.Duration
+	CacheSize        int
+	CacheBytes       int64
+	JanitorInterval  time.Duration
+	JanitorBatch     int
+	MigrateWait      time.Duration
+	AuthorizationTTL time.Duration
+	ExpiryInterval   time.Duration
 }
 
 // setting is one configuration value: its variable, flag, default and parser.
@@ -86,6 +88,10 @@ func (c *config) settings() []setting {
 			}}},
 		{"CHARGE_BATCH_SIZE", "charge-batch-size", "64", "most concurrent charges committed together in one transaction (group commit)",
 			positiveInt(&c.ChargeBatchSize)},
+		{"CHARGE_AUTHORIZATION_TTL", "charge-authorization-ttl", "168h", "how long an authorization (a charge created with capture: false) holds its amount unless captured or voided; from 1s to 744h (31 days)",
+			durationInto(&c.AuthorizationTTL)},
+		{"CHARGE_EXPIRY_INTERVAL", "charge-expiry-interval", "30s", "how often expired authorizations are recorded as expired, with their charge.expired events (reads show them expired at once regardless); at least 1s",
+			durationAtLeast(&c.ExpiryInterval, time.Second)},
 		{"CHARGE_BATCHES", "charge-batches", "1", "charge batches in flight at once; a charge waits for company only while all are busy",
 			positiveInt(&c.ChargeBatches)},
 		{"PPROF_ADDR", "pprof-addr", "", "address of a listener serving Go's profiler (/debug/pprof/) for performance work; empty: none. Keep it on loopback",
@@ -195,6 +201,11 @@ const (
 	minCommitWait      = 100 * time.Millisecond
 	minJanitorInterval = time.Second
 	maxJanitorBatch    = 100_000
+	// minAuthorizationTTL, maxAuthorizationTTL: card networks let an
+	// authorization stand for days to about a month; below a second a hold
+	// would lapse before its client could capture it.
+	minAuthorizationTTL = time.Second
+	maxAuthorizationTTL = 31 * 24 * time.Hour
 )
 
 // check refuses values that are valid alone but break the guarantee, alone or
@@ -221,6 +232,10 @@ func (c config) check(name func(env string) string) error {
 		return fail("JANITOR_INTERVAL", "%s exceeds IDEMPOTENCY_TTL (%s): expired keys would pile up for longer than keys are kept", c.JanitorInterval, c.IdempotencyTTL)
 	case c.JanitorBatch > maxJanitorBatch:
 		return fail("JANITOR_BATCH", "%d is above %d: one batch is one DELETE, and a larger one stalls live traffic", c.JanitorBatch, maxJanitorBatch)
+	case c.AuthorizationTTL < minAuthorizationTTL:
+		return fail("CHARGE_AUTHORIZATION_TTL", "%s is below %s: a hold would lapse before its client could capture it", c.AuthorizationTTL, minAuthorizationTTL)
+	case c.AuthorizationTTL > maxAuthorizationTTL:
+		return fail("CHARGE_AUTHORIZATION_TTL", "%s is above %s (31 days): no card network lets an authorization stand longer", c.AuthorizationTTL, maxAuthorizationTTL)
 	case c.ChargeBatches >= int(c.DBMaxConns):
 		return fail("CHARGE_BATCHES", "%d leaves no connection of DB_MAX_CONNS (%d) for other requests: each charge batch holds one; want fewer than DB_MAX_CONNS", c.ChargeBatches, c.DBMaxConns)
 	}

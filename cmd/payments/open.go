@@ -86,6 +86,7 @@ func openCharging(cfg config, store *postgres.Store, log *slog.Logger, m *metric
 	path := charging.New(store, charging.Options{
 		BatchSize: cfg.ChargeBatchSize, Batches: cfg.ChargeBatches,
 		KeyWait: cfg.IdempotencyWait, CommitWait: cfg.CommitWait, Waiters: max(1, int(cfg.DBMaxConns)/2),
+		AuthorizationTTL: cfg.AuthorizationTTL,
 		OnAbandoned: func(a charging.AbandonedCharge) {
 			m.ChargeAbandoned(a.Outcome)
 			logAbandoned(log, a)

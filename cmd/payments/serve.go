@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/payments"
+	"github.com/exactlyonce/payments/internal/charging"
 	"github.com/exactlyonce/payments/internal/httpapi"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
@@ -56,6 +57,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	janitorMetrics(m, janitor)
 	stopJanitor := runBackground(ctx, janitor.Run)
 	defer stopJanitor()
+	expiry := charging.NewExpirySweep(store, log, cfg.ExpiryInterval, expiryBatch)
+	m.CounterFunc("payments_authorizations_expired_total", "Authorizations this process recorded as expired (the expiry sweep; one replica sweeps at a time).",
+		func() float64 { return float64(expiry.Expired()) })
+	stopExpiry := runBackground(ctx, expiry.Run)
+	defer stopExpiry()
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
@@ -175,3 +181,8 @@ func startRelay(ctx context.Context, cfg config, store *postgres.Store, log *slo
 		nc.Close()
 	}, nil
 }
+
+// expiryBatch is the most expired authorizations the expiry sweep records
+// per transaction, which holds their accounts' locks: small enough that the
+// charges it makes wait are not noticed.
+const expiryBatch = 500

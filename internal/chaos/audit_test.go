@@ -176,13 +176,12 @@ func auditDatabase(t *testing.T, ctx context.Context, db *pgxpool.Pool, merchant
 		return n
 	}
 
-	// The money: balance = deposits − succeeded charges + refunds.
+	// The money: balance = deposits − captured amounts + refunds.
 	must(t, db.QueryRow(ctx, `
 SELECT count(*), coalesce(sum(abs(balance - (deposited - charged + refunded))), 0) FROM (
     SELECT a.balance,
            coalesce((SELECT sum(amount) FROM deposits d WHERE d.merchant_id = a.merchant_id AND d.account_id = a.id), 0) AS deposited,
-           coalesce((SELECT sum(amount) FROM charges c WHERE c.merchant_id = a.merchant_id AND c.account_id = a.id
-                     AND c.status = 'succeeded'), 0) AS charged,
+           coalesce((SELECT sum(amount_captured) FROM charges c WHERE c.merchant_id = a.merchant_id AND c.account_id = a.id), 0) AS charged,
            coalesce((SELECT sum(amount) FROM refunds r WHERE r.merchant_id = a.merchant_id AND r.account_id = a.id), 0) AS refunded
     FROM accounts a WHERE a.merchant_id = $1) m
 WHERE balance <> deposited - charged + refunded`, mid).Scan(&a.badBalances, &a.balanceGap), "check balances")

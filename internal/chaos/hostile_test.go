@@ -362,7 +362,7 @@ SELECT (SELECT count(*) FROM accounts WHERE merchant_id = $1),
        (SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1),
        (SELECT count(*) FROM events WHERE merchant_id = $1),
        (SELECT coalesce(sum(balance), 0) FROM accounts WHERE merchant_id = $1),
-       (SELECT coalesce(sum(amount), 0) FROM charges WHERE merchant_id = $1 AND status = 'succeeded'),
+       (SELECT coalesce(sum(amount_captured), 0) FROM charges WHERE merchant_id = $1),
        (SELECT coalesce(sum(amount_refunded), 0) FROM charges WHERE merchant_id = $1)`, merchantID).
 		Scan(&s.accounts, &s.deposits, &s.charges, &s.refunds, &s.keys, &s.events, &s.balance, &s.charged, &s.refunded), "snapshot")
 	return s

@@ -51,7 +51,7 @@ func (m *model) charge(r idempotency.ChargeRequest) answer {
 	if cur, ok := m.currency[r.Charge.AccountID]; ok {
 		a = &payment.Account{ID: r.Charge.AccountID, Currency: cur, Balance: m.balances[r.Charge.AccountID]}
 	}
-	c, err := payment.ChargeAccount(a, payment.NewID(), r.Charge, time.Time{})
+	c, err := payment.ChargeAccount(a, payment.NewID(), r.Charge, time.Time{}, time.Hour)
 	if err == nil && c.Amount == refusedAmount {
 		return answer{err: errMemberFailed} // its insert fails: nothing is written
 	}

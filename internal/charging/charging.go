@@ -83,6 +83,9 @@ type Options struct {
 	// holding a pooled connection (wait.go): half the pool (default 10, half
 	// of the store's default 20).
 	Waiters int
+	// AuthorizationTTL (CHARGE_AUTHORIZATION_TTL, default 7 days) is how
+	// long an authorization holds its amount unless captured or voided.
+	AuthorizationTTL time.Duration
 	// OnAbandoned, if set, is told what became of each charge whose client
 	// left while it was queued or being decided (wait.go). It may run on any
 	// goroutine, after the client was answered.
@@ -99,8 +102,15 @@ func (o Options) withDefaults() Options {
 	if o.Waiters <= 0 {
 		o.Waiters = 10
 	}
+	if o.AuthorizationTTL <= 0 {
+		o.AuthorizationTTL = DefaultAuthorizationTTL
+	}
 	return o
 }
+
+// DefaultAuthorizationTTL is how long an authorization holds its amount by
+// default: 7 days, as card networks commonly allow.
+const DefaultAuthorizationTTL = 7 * 24 * time.Hour
 
 // Path is the charge path: group-committed batches of charges over db.
 type Path struct {
@@ -314,7 +324,7 @@ func (s *Path) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequest, m
 		return nil, err
 	}
 	defer tx.Close()
-	answers, decided, w := decideBatch(reqs, locks)
+	answers, decided, w := decideBatch(reqs, locks, s.opts.AuthorizationTTL)
 	storedAt, err := tx.Commit(ctx, &w.Writes)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 // trip found (chargedb.Store.Lock),
 // and gathers what the batch writes. decided[i] tells a member answered by
 // this batch's execution from one answered by a stored row or that left.
-func decideBatch(reqs []idempotency.ChargeRequest, locks *chargedb.Locks) (answers []chargeAnswer, decided []bool, w *writes) {
+func decideBatch(reqs []idempotency.ChargeRequest, locks *chargedb.Locks, holdFor time.Duration) (answers []chargeAnswer, decided []bool, w *writes) {
 	n := len(reqs)
 	answers, decided, w = make([]chargeAnswer, n), make([]bool, n), &writes{}
 	first := make(map[idempotency.Request]int, n) // by (merchant, key): the member that executed it
@@ -46,7 +46,7 @@ func decideBatch(reqs []idempotency.ChargeRequest, locks *chargedb.Locks) (answe
 			if locks.Stored[i].Found {
 				w.Expired = append(w.Expired, r.Request)
 			}
-			answers[i].res, answers[i].err = w.decide(r, locks.Accounts, locks.Now)
+			answers[i].res, answers[i].err = w.decide(r, locks.Accounts, locks.Now, holdFor)
 		}
 	}
 	return answers, decided, w
@@ -87,9 +87,9 @@ type writes struct {
 
 // decide decides one member's charge against the accounts as the members
 // before it left them, renders its answer, and adds what it writes.
-func (w *writes) decide(r idempotency.ChargeRequest, accounts map[chargedb.AccountKey]*payment.Account, now time.Time) (idempotency.Result, error) {
+func (w *writes) decide(r idempotency.ChargeRequest, accounts map[chargedb.AccountKey]*payment.Account, now time.Time, holdFor time.Duration) (idempotency.Result, error) {
 	ak := chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}
-	c, refused := payment.ChargeAccount(accounts[ak], payment.NewID(), r.Charge, now)
+	c, refused := payment.ChargeAccount(accounts[ak], payment.NewID(), r.Charge, now, holdFor)
 	var payload []byte
 	if refused == nil {
 		var err error
@@ -103,30 +103,39 @@ func (w *writes) decide(r idempotency.ChargeRequest, accounts map[chargedb.Accou
 	}
 	if refused == nil {
 		w.addCharge(r.Request.MerchantID, c, payload)
-		if c.Status == payment.ChargeSucceeded {
-			w.debit(ak, c.Amount)
+		switch c.Status {
+		case payment.ChargeSucceeded:
+			w.debit(ak, c.Amount, 0)
+		case payment.ChargeAuthorized:
+			w.debit(ak, 0, c.Amount)
 		}
 	}
 	w.Keys = append(w.Keys, chargedb.KeyRow{Req: r.Request, Resp: resp})
 	return idempotency.Result{Response: resp}, nil
 }
 
-func (w *writes) debit(ak chargedb.AccountKey, amount int64) {
+// debit adds what a member takes from its account's balance (amount) and
+// holds on it (hold) to the account's one debit.
+func (w *writes) debit(ak chargedb.AccountKey, amount, hold int64) {
 	if w.debitIndex == nil {
 		w.debitIndex = make(map[chargedb.AccountKey]int)
 	}
 	if i, ok := w.debitIndex[ak]; ok {
 		w.Debits[i].Amount += amount
+		w.Debits[i].Hold += hold
 		return
 	}
 	w.debitIndex[ak] = len(w.Debits)
-	w.Debits = append(w.Debits, chargedb.Debit{Account: ak, Amount: amount})
+	w.Debits = append(w.Debits, chargedb.Debit{Account: ak, Amount: amount, Hold: hold})
 }
 
 func (w *writes) addCharge(merchant uuid.UUID, c payment.Charge, payload []byte) {
 	eventType := payment.EventChargeSucceeded
-	if c.Status == payment.ChargeFailed {
+	switch c.Status {
+	case payment.ChargeFailed:
 		eventType = payment.EventChargeFailed
+	case payment.ChargeAuthorized:
+		eventType = payment.EventChargeAuthorized
 	}
 	w.Charges = append(w.Charges, chargedb.ChargeRow{Merchant: merchant, Charge: c, EventID: payment.NewID(), EventType: eventType, Payload: payload})
 }

@@ -80,7 +80,7 @@ func TestDecideInOrderAgainstTheBalance(t *testing.T) {
 		decideCharge("k4", 4, unknown, 10),
 		decideCharge("k5", 5, eur.ID, 10),
 	}
-	answers, decided, w := decideBatch(reqs, locksFor(reqs, a, eur))
+	answers, decided, w := decideBatch(reqs, locksFor(reqs, a, eur), time.Hour)
 	want := []int{http.StatusCreated, http.StatusPaymentRequired, http.StatusCreated, http.StatusNotFound, http.StatusUnprocessableEntity}
 	for i, ans := range answers {
 		if ans.err != nil || ans.left() || ans.res.Replayed || ans.res.Status != want[i] || !decided[i] {
@@ -113,7 +113,7 @@ func TestDecideReplaysStoredKeys(t *testing.T) {
 	locks.Stored[0] = chargedb.StoredKey{Found: true, Fingerprint: []byte{1, 31: 0}, Resp: idempotency.Response{Status: 201, Body: []byte("{}")}, StoredAt: storedAt}
 	locks.Stored[1] = chargedb.StoredKey{Found: true, Fingerprint: make([]byte, 32), Resp: idempotency.Response{Status: 201}, StoredAt: storedAt}
 	locks.Stored[2] = chargedb.StoredKey{Found: true, Expired: true}
-	answers, decided, w := decideBatch(reqs, locks)
+	answers, decided, w := decideBatch(reqs, locks, time.Hour)
 	if r := answers[0]; r.err != nil || !r.res.Replayed || r.res.Status != 201 || !r.res.StoredAt.Equal(storedAt) || decided[0] {
 		t.Errorf("stored key: %+v, decided %v; want its 201 replayed with its time, not decided here", r, decided[0])
 	}
@@ -133,7 +133,7 @@ func TestDecideReplaysStoredKeys(t *testing.T) {
 func TestDecideSameKeyTwice(t *testing.T) {
 	a := usd(100)
 	reqs := []idempotency.ChargeRequest{decideCharge("twice", 1, a.ID, 10), decideCharge("twice", 1, a.ID, 10), decideCharge("twice", 2, a.ID, 10)}
-	answers, decided, w := decideBatch(reqs, locksFor(reqs, a))
+	answers, decided, w := decideBatch(reqs, locksFor(reqs, a), time.Hour)
 	if r := answers[0]; r.err != nil || r.res.Replayed || r.res.Status != 201 {
 		t.Errorf("first: %+v, want a fresh 201", r)
 	}
@@ -162,7 +162,7 @@ func TestDecideLeavers(t *testing.T) {
 	locks := locksFor(reqs, free)
 	locks.KeyHeld[0] = false
 	locks.Busy[chargedb.AccountKey{Merchant: decideMerchant, ID: busy.ID}] = true
-	answers, decided, w := decideBatch(reqs, locks)
+	answers, decided, w := decideBatch(reqs, locks, time.Hour)
 	if r := answers[0]; !r.inFlight || r.busy || decided[0] {
 		t.Errorf("key held elsewhere: %+v, want in flight", r)
 	}

@@ -184,6 +184,8 @@ func Effect(merchant string, body []byte) (BalanceEffect, error) {
 			ID        string `json:"id"`
 			AccountID string `json:"account_id"`
 			Amount    int64  `json:"amount"`
+			// AmountCaptured is what a charge took from the balance.
+			AmountCaptured int64 `json:"amount_captured"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &e); err != nil {
@@ -206,7 +208,10 @@ func Effect(merchant string, body []byte) (BalanceEffect, error) {
 		effect.Delta = e.Data.Amount
 	case payment.EventChargeSucceeded:
 		effect.Delta = -e.Data.Amount
-	case payment.EventChargeFailed:
+	case payment.EventChargeCaptured:
+		effect.Delta = -e.Data.AmountCaptured
+	case payment.EventChargeFailed, payment.EventChargeAuthorized, payment.EventChargeVoided, payment.EventChargeExpired:
+		// No money moved: a hold is not a debit.
 	default:
 		return BalanceEffect{}, fmt.Errorf("unknown event type %q", e.Type)
 	}

@@ -230,8 +230,8 @@ func TestContractCheckCatchesDrift(t *testing.T) {
 	const (
 		acct   = "acct_4a5f3df99a5d518c03adf918c80d03ef"
 		charge = `{"id":"ch_0097748e0b70e31f14e42883ee36d0e5","object":"charge","account_id":"` + acct + `",` +
-			`"amount":500,"currency":"USD","status":"succeeded","failure_code":null,"amount_refunded":0,` +
-			`"description":null,"metadata":{},"created_at":"2026-11-30T12:02:00.654321Z"}`
+			`"amount":500,"currency":"USD","status":"succeeded","failure_code":null,"amount_captured":500,"amount_refunded":0,` +
+			`"expires_at":null,"description":null,"metadata":{},"created_at":"2026-11-30T12:02:00.654321Z"}`
 		newCharge = `{"account_id":"` + acct + `","amount":500,"currency":"USD"}`
 		problem   = `{"type":"/problems/not-found","title":"Not found","status":404,"detail":"no route","code":"not-found"}`
 	)
@@ -253,7 +253,7 @@ func TestContractCheckCatchesDrift(t *testing.T) {
 		{"no Location", "POST", "/v1/charges", newCharge, 201, "application/json", map[string]string{"X-Request-Id": "req_1"}, charge, `"Location" missing`},
 		{"undocumented header", "POST", "/v1/charges", newCharge, 201, "application/json",
 			map[string]string{"Location": chargeHeaders["Location"], "X-Debug": "1"}, charge, "X-Debug is not documented"},
-		{"accepted request the spec refuses", "POST", "/v1/charges", `{"account_id":"` + acct + `","amount":500,"currency":"USD","capture":true}`,
+		{"accepted request the spec refuses", "POST", "/v1/charges", `{"account_id":"` + acct + `","amount":500,"currency":"USD","capture_method":"manual"}`,
 			201, "application/json", chargeHeaders, charge, "the service accepted a request the spec refuses"},
 		{"401 without WWW-Authenticate", "GET", "/v1/charges", "", 401, "application/problem+json", nil,
 			`{"type":"/problems/unauthorized","title":"Unauthorized","status":401,"detail":"x","code":"unauthorized"}`, `"WWW-Authenticate" missing`},

@@ -106,6 +106,17 @@ func checkContentType(ct string) error {
 	return nil
 }
 
+// readOptionalPost is readPost for a POST whose body may be left out (a
+// capture, a void): a request with no body reads, and fingerprints, as {},
+// whatever its Content-Type says.
+func (s *Server) readOptionalPost(w http.ResponseWriter, r *http.Request, dst any) (idempotency.Request, bool) {
+	if r.ContentLength == 0 {
+		r.Body, r.ContentLength = io.NopCloser(strings.NewReader("{}")), 2
+		r.Header.Set("Content-Type", "application/json")
+	}
+	return s.readPost(w, r, dst)
+}
+
 // decodeBody parses body once and decodes it into dst. It returns the body's
 // canonical form, for the fingerprint, or the refusal (a bodyError).
 func decodeBody(body []byte, dst any) ([]byte, error) {
@@ -121,7 +132,7 @@ func decodeBody(body []byte, dst any) ([]byte, error) {
 // match them case-insensitively, so {"amount":5,"Amount":6} would decode by
 // member order while the fingerprint ignores that order). It refuses unknown
 // members and wrong types with a detail that names the member; null leaves a
-// field as it is. dst's fields are strings, *string, *int64 and
+// field as it is. dst's fields are strings, *string, *int64, *bool and
 // map[string]string, all the request bodies need.
 func decodeDocument(doc any, dst any) error {
 	refuse := func(field, format string, args ...any) error {
@@ -171,6 +182,12 @@ func decodeDocument(doc any, dst any) error {
 				return refuse(m.Name, "%s must be %s, got number %s", m.Name, describeType(f.Type()), n)
 			}
 			f.Set(reflect.ValueOf(&i))
+		case *bool:
+			b, ok := m.Value.(bool)
+			if !ok {
+				return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+			}
+			f.Set(reflect.ValueOf(&b))
 		case map[string]string:
 			object, ok := m.Value.([]idempotency.Member)
 			if !ok {
@@ -235,6 +252,8 @@ func describeType(t reflect.Type) string {
 		return "a string"
 	case reflect.Map:
 		return "an object of string values"
+	case reflect.Bool:
+		return "a boolean (true or false)"
 	default:
 		return "a " + t.Kind().String()
 	}

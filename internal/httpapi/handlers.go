@@ -87,6 +87,9 @@ type chargeRequest struct {
 	Currency    string            `json:"currency"`
 	Description *string           `json:"description"`
 	Metadata    map[string]string `json:"metadata"`
+	// Capture false authorizes: the amount is held until captured, voided
+	// or expired. Absent is true.
+	Capture *bool `json:"capture"`
 }
 
 func (r chargeRequest) toDomain() (payment.NewCharge, error) {
@@ -102,7 +105,7 @@ func (r chargeRequest) toDomain() (payment.NewCharge, error) {
 		return payment.NewCharge{}, err
 	}
 	nc := payment.NewCharge{AccountID: accountID, Amount: *r.Amount, Currency: r.Currency,
-		Description: r.Description, Metadata: r.Metadata}
+		Description: r.Description, Metadata: r.Metadata, Authorize: r.Capture != nil && !*r.Capture}
 	return nc, nc.Validate()
 }
 
@@ -169,6 +172,52 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 		}
 		return created(fmt.Sprintf("/v1/charges/%s/refunds/%s",
 			payment.FormatID(payment.PrefixCharge, rf.ChargeID), payment.FormatID(payment.PrefixRefund, rf.ID)), rf)
+	})
+}
+
+type captureRequest struct {
+	Amount *int64 `json:"amount"`
+}
+
+// captureCharge takes all or part of an authorized charge (POST
+// /v1/charges/{id}/capture): 200 with the charge.
+func (s *Server) captureCharge(w http.ResponseWriter, r *http.Request) {
+	var in captureRequest
+	req, ok := s.readOptionalPost(w, r, &in)
+	if !ok {
+		return
+	}
+	if in.Amount != nil {
+		if err := payment.ValidateAmount("amount", *in.Amount); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	chargeID := pathID(r, "id", payment.PrefixCharge)
+	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		c, err := l.Capture(ctx, req.MerchantID, chargeID, in.Amount)
+		if err != nil {
+			return response{}, nameMissing(err, "charge", chi.URLParam(r, "id"))
+		}
+		return jsonResponse(http.StatusOK, "", c)
+	})
+}
+
+// voidCharge releases an authorized charge's hold (POST
+// /v1/charges/{id}/void): 200 with the charge. It takes no fields.
+func (s *Server) voidCharge(w http.ResponseWriter, r *http.Request) {
+	var in struct{}
+	req, ok := s.readOptionalPost(w, r, &in)
+	if !ok {
+		return
+	}
+	chargeID := pathID(r, "id", payment.PrefixCharge)
+	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		c, err := l.Void(ctx, req.MerchantID, chargeID)
+		if err != nil {
+			return response{}, nameMissing(err, "charge", chi.URLParam(r, "id"))
+		}
+		return jsonResponse(http.StatusOK, "", c)
 	})
 }
 

@@ -46,7 +46,7 @@ func TestBadInputIsRefusedBeforeTheKeyIsClaimed(t *testing.T) {
 		{"trailing data", "", "application/json", valid + `{}`, 400, "invalid-request", ""},
 		{"duplicate member", "", "application/json", withField(`"amount":5`), 400, "invalid-request", ""},
 		{"array body", "", "application/json", `[1]`, 400, "invalid-request", ""},
-		{"unknown field", "", "application/json", withField(`"capture":true`), 400, "invalid-request", "capture"},
+		{"unknown field", "", "application/json", withField(`"capture_method":"manual"`), 400, "invalid-request", "capture_method"},
 		{"field name in another case", "", "application/json", withField(`"Amount":6`), 400, "invalid-request", "Amount"},
 		{"amount missing", "", "application/json", `{"account_id":"` + acct + `","currency":"USD"}`, 400, "invalid-request", "amount"},
 		{"amount zero", "", "application/json", chargeBody(acct, 0), 400, "invalid-request", "amount"},

@@ -51,7 +51,13 @@ var (
 	probRefundExceeds = problemType{"refund-exceeds-charge", http.StatusUnprocessableEntity, "Refund exceeds charge",
 		"The refunds of a charge cannot add up to more than was charged; nothing is left to refund, or the amount asked is more than what is left."}
 	probNotRefundable = problemType{"charge-not-refundable", http.StatusConflict, "Charge not refundable",
-		"Only a succeeded charge can be refunded; this one failed and moved no money."}
+		"Only a succeeded (captured) charge can be refunded; this one failed, or is an authorization that was not captured, and moved no money."}
+	probNotCapturable = problemType{"charge-not-capturable", http.StatusConflict, "Charge not capturable",
+		"Only an authorized charge (created with capture: false, neither captured, voided nor expired) can be captured. charge_status says what the charge is now."}
+	probNotVoidable = problemType{"charge-not-voidable", http.StatusConflict, "Charge not voidable",
+		"Only an authorized charge (created with capture: false, neither captured, voided nor expired) can be voided. charge_status says what the charge is now."}
+	probCaptureExceeds = problemType{"capture-exceeds-authorization", http.StatusUnprocessableEntity, "Capture exceeds authorization",
+		"A capture can take at most the authorized amount; nothing was captured."}
 	probInternal = problemType{"internal-error", http.StatusInternalServerError, "Internal error",
 		"Something failed inside the service. Nothing was changed; retrying with the same Idempotency-Key is safe."}
 	probUnavailable = problemType{"service-unavailable", http.StatusServiceUnavailable, "Service unavailable",
@@ -64,7 +70,7 @@ var problemCatalogue = []problemType{
 	probKeyMissing, probKeyInvalid, probInvalidRequest, probUnauthorized, probInsufficientFunds,
 	probNotFound, probAccountNotFound, probMethodNotAllowed, probTooManyUnknownKeys, probKeyInUse, probTooLarge,
 	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
-	probInternal, probUnavailable, probShuttingDown,
+	probNotCapturable, probNotVoidable, probCaptureExceeds, probInternal, probUnavailable, probShuttingDown,
 }
 
 // errorProblems maps domain errors to problem types: the one table that turns
@@ -84,6 +90,9 @@ var errorProblems = []struct {
 	{payment.ErrCurrencyMismatch, probCurrencyMismatch},
 	{payment.ErrRefundExceedsCharge, probRefundExceeds},
 	{payment.ErrChargeNotRefundable, probNotRefundable},
+	{payment.ErrChargeNotCapturable, probNotCapturable},
+	{payment.ErrChargeNotVoidable, probNotVoidable},
+	{payment.ErrCaptureExceedsAuthorization, probCaptureExceeds},
 	// Before ErrUnavailable: /readyz wraps its cause in ErrUnavailable too.
 	{payment.ErrShuttingDown, probShuttingDown},
 	{payment.ErrUnavailable, probUnavailable},
@@ -136,6 +145,8 @@ type problem struct {
 	Code     string `json:"code"`
 	Field    string `json:"field,omitempty"`
 	ChargeID string `json:"charge_id,omitempty"`
+	// ChargeStatus is what a charge that cannot be captured or voided is.
+	ChargeStatus string `json:"charge_status,omitempty"`
 }
 
 func newProblem(p problemType, detail string) problem {
@@ -150,6 +161,7 @@ func problemFromError(p problemType, err error) problem {
 		ve *payment.ValidationError
 		be *bodyError
 		fc *payment.FailedCharge
+		se *payment.ChargeStateError
 	)
 	switch {
 	case errors.As(err, &ve):
@@ -158,6 +170,8 @@ func problemFromError(p problemType, err error) problem {
 		pr.Field = be.field
 	case errors.As(err, &fc):
 		pr.ChargeID = payment.FormatID(payment.PrefixCharge, fc.Charge.ID)
+	case errors.As(err, &se):
+		pr.ChargeStatus = string(se.Charge.Status)
 	}
 	return pr
 }

@@ -35,6 +35,8 @@ var v1Routes = []route{
 	{http.MethodPost, "/charges", nil, (*Server).createCharge},
 	{http.MethodGet, "/charges", append([]string{"account_id"}, listParams...), (*Server).listCharges},
 	{http.MethodGet, "/charges/{id}", nil, (*Server).getCharge},
+	{http.MethodPost, "/charges/{id}/capture", nil, (*Server).captureCharge},
+	{http.MethodPost, "/charges/{id}/void", nil, (*Server).voidCharge},
 	{http.MethodPost, "/charges/{id}/refunds", nil, (*Server).createRefund},
 	{http.MethodGet, "/charges/{id}/refunds/{refundID}", nil, (*Server).getRefund},
 	{http.MethodGet, "/events", listParams, (*Server).listEvents},

@@ -45,6 +45,7 @@ type setupOptions struct {
 	cacheSize      int
 	keyBudget      postgres.KeyBudget
 	trustedProxies []netip.Prefix
+	holdFor        time.Duration // CHARGE_AUTHORIZATION_TTL; zero: the default
 }
 
 // setup starts the API on the package database (or opts.databaseURL) and
@@ -57,7 +58,7 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 		opt(&o)
 	}
 	api := testkit.StartAPI(t, o.databaseURL, testkit.APIOptions{MaxConns: 30, KeyWait: o.keyWait, CacheSize: o.cacheSize,
-		KeyBudget: o.keyBudget, TrustedProxies: o.trustedProxies})
+		KeyBudget: o.keyBudget, TrustedProxies: o.trustedProxies, AuthorizationTTL: o.holdFor})
 	f := &fixture{t: t, url: api.URL, db: api.DB, store: api.Service, logs: api.Logs, front: api.Front, metrics: api.Metrics,
 		merchantID: api.MerchantID, apiKey: api.APIKey}
 	return f
@@ -239,8 +240,8 @@ func (f *fixture) checkLedger(accountID string) {
 	var want int64
 	err := f.db.QueryRow(context.Background(), `
 SELECT coalesce((SELECT sum(amount) FROM deposits WHERE merchant_id = $1 AND account_id = $2), 0)
-     - coalesce((SELECT sum(amount - amount_refunded) FROM charges
-                 WHERE merchant_id = $1 AND account_id = $2 AND status = 'succeeded'), 0)`,
+     - coalesce((SELECT sum(amount_captured - amount_refunded) FROM charges
+                 WHERE merchant_id = $1 AND account_id = $2), 0)`,
 		f.merchantID, id).Scan(&want)
 	if err != nil {
 		f.t.Fatal(err)

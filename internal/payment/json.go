@@ -39,10 +39,11 @@ func (a Account) MarshalJSON() ([]byte, error) {
 		Object      string            `json:"object"`
 		Currency    string            `json:"currency"`
 		Balance     int64             `json:"balance"`
+		Available   int64             `json:"available"`
 		Description *string           `json:"description"`
 		Metadata    map[string]string `json:"metadata"`
 		CreatedAt   timestamp         `json:"created_at"`
-	}{FormatID(PrefixAccount, a.ID), "account", a.Currency, a.Balance, a.Description, nonNil(a.Metadata), timestamp(a.CreatedAt)})
+	}{FormatID(PrefixAccount, a.ID), "account", a.Currency, a.Balance, a.Available(), a.Description, nonNil(a.Metadata), timestamp(a.CreatedAt)})
 }
 
 // MarshalJSON renders the deposit as the API shows it.
@@ -71,12 +72,14 @@ func (c Charge) MarshalJSON() ([]byte, error) {
 		Currency       string            `json:"currency"`
 		Status         ChargeStatus      `json:"status"`
 		FailureCode    *string           `json:"failure_code"`
+		AmountCaptured int64             `json:"amount_captured"`
 		AmountRefunded int64             `json:"amount_refunded"`
+		ExpiresAt      *timestamp        `json:"expires_at"`
 		Description    *string           `json:"description"`
 		Metadata       map[string]string `json:"metadata"`
 		CreatedAt      timestamp         `json:"created_at"`
 	}{FormatID(PrefixCharge, c.ID), "charge", FormatID(PrefixAccount, c.AccountID), c.Amount, c.Currency,
-		c.Status, failureCode, c.AmountRefunded, c.Description, nonNil(c.Metadata), timestamp(c.CreatedAt)})
+		c.Status, failureCode, c.AmountCaptured, c.AmountRefunded, (*timestamp)(c.ExpiresAt), c.Description, nonNil(c.Metadata), timestamp(c.CreatedAt)})
 }
 
 // MarshalJSON renders the refund as the API shows it.

@@ -5,7 +5,14 @@
 // Money is an integer amount of minor units (cents for USD) in an ISO 4217
 // currency. An account's balance never goes negative, and at every moment
 //
-//	balance = deposits − succeeded charges + refunds.
+//	balance   = deposits − captured amounts + refunds
+//	available = balance − live holds
+//
+// where a charge's captured amount is all of it when it is captured at once
+// (the default), the captured part of an authorization, and 0 for a charge
+// that failed or an authorization not (or never) captured; a live hold is an
+// authorization neither captured, voided nor past its expires_at
+// (authorize.go).
 package payment
 
 import (
@@ -28,14 +35,20 @@ const (
 
 // Account holds a customer's money in one currency.
 type Account struct {
-	ID          uuid.UUID
-	MerchantID  uuid.UUID
-	Currency    string
-	Balance     int64
+	ID         uuid.UUID
+	MerchantID uuid.UUID
+	Currency   string
+	Balance    int64
+	// Held is the sum of the account's live holds: Balance minus Held is
+	// what a charge or an authorization may take (Available).
+	Held        int64
 	Description *string
 	Metadata    map[string]string
 	CreatedAt   time.Time
 }
+
+// Available is what a charge or an authorization may take from the account.
+func (a Account) Available() int64 { return a.Balance - a.Held }
 
 // Deposit is money added to an account.
 type Deposit struct {
@@ -49,11 +62,15 @@ type Deposit struct {
 // ChargeStatus is the outcome of a charge.
 type ChargeStatus string
 
-// The outcomes of a charge. A failed charge moved no money; it is recorded so the
-// refusal can be looked up and replayed.
+// The states of a charge. A failed charge moved no money; it is recorded so the
+// refusal can be looked up and replayed. An authorized charge holds its amount
+// until it is captured (succeeded), voided, or expires (authorize.go).
 const (
-	ChargeSucceeded ChargeStatus = "succeeded"
-	ChargeFailed    ChargeStatus = "failed"
+	ChargeSucceeded  ChargeStatus = "succeeded"
+	ChargeFailed     ChargeStatus = "failed"
+	ChargeAuthorized ChargeStatus = "authorized"
+	ChargeVoided     ChargeStatus = "voided"
+	ChargeExpired    ChargeStatus = "expired"
 )
 
 // FailureInsufficientFunds is the failure code of a charge refused because the
@@ -64,16 +81,22 @@ const FailureInsufficientFunds = "insufficient-funds"
 
 // Charge is money taken from an account.
 type Charge struct {
-	ID             uuid.UUID
-	AccountID      uuid.UUID
-	Amount         int64
-	Currency       string
-	Status         ChargeStatus
-	FailureCode    string // empty unless Status is ChargeFailed
+	ID          uuid.UUID
+	AccountID   uuid.UUID
+	Amount      int64
+	Currency    string
+	Status      ChargeStatus
+	FailureCode string // empty unless Status is ChargeFailed
+	// AmountCaptured is what the charge took from the balance: Amount for a
+	// charge captured at once, the captured part of an authorization, else 0.
+	AmountCaptured int64
 	AmountRefunded int64
-	Description    *string
-	Metadata       map[string]string
-	CreatedAt      time.Time
+	// ExpiresAt is when an authorization's hold lapses unless captured or
+	// voided; nil for a charge created to be captured at once.
+	ExpiresAt   *time.Time
+	Description *string
+	Metadata    map[string]string
+	CreatedAt   time.Time
 }
 
 // Refund returns part or all of a succeeded charge to its account.
@@ -88,11 +111,15 @@ type Refund struct {
 
 // Event types: one event per money movement, written in the same transaction.
 const (
-	EventAccountCreated  = "account.created"
-	EventDepositCreated  = "deposit.created"
-	EventChargeSucceeded = "charge.succeeded"
-	EventChargeFailed    = "charge.failed"
-	EventRefundCreated   = "refund.created"
+	EventAccountCreated   = "account.created"
+	EventDepositCreated   = "deposit.created"
+	EventChargeSucceeded  = "charge.succeeded"
+	EventChargeFailed     = "charge.failed"
+	EventChargeAuthorized = "charge.authorized"
+	EventChargeCaptured   = "charge.captured"
+	EventChargeVoided     = "charge.voided"
+	EventChargeExpired    = "charge.expired"
+	EventRefundCreated    = "refund.created"
 )
 
 // Event records a change: its type and the object it describes, as that object's
@@ -144,8 +171,19 @@ type Ledger interface {
 	// Refund returns amount of the charge to its account, or all that is not yet
 	// refunded when amount is nil. It returns ErrNotFound for an unknown charge,
 	// ErrChargeNotRefundable for a failed one, and ErrRefundExceedsCharge when
-	// the refunds would add up to more than was charged.
+	// the refunds would add up to more than was captured.
 	Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (Refund, error)
+
+	// Capture takes amount of an authorized charge (all of it when amount
+	// is nil) from its account and releases the rest of the hold. It returns
+	// ErrNotFound for an unknown charge, a *ChargeStateError for a charge
+	// that is not authorized (expired included), and
+	// ErrCaptureExceedsAuthorization for more than was authorized.
+	Capture(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (Charge, error)
+
+	// Void releases an authorized charge's hold. It returns ErrNotFound for
+	// an unknown charge and a *ChargeStateError for one not authorized.
+	Void(ctx context.Context, merchantID, chargeID uuid.UUID) (Charge, error)
 }
 
 // Reader looks objects up, always within one merchant: another merchant's object

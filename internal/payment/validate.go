@@ -31,6 +31,9 @@ type NewCharge struct {
 	Currency    string
 	Description *string
 	Metadata    map[string]string
+	// Authorize (capture=false) holds the amount until a capture, a void or
+	// the hold's expiry, instead of taking it at once.
+	Authorize bool
 }
 
 // Validate returns a *ValidationError naming the first field that breaks the rules.
@@ -97,9 +100,10 @@ func validateFreeForm(description *string, metadata map[string]string) error {
 // merchant has none by that id. A charge in another currency is refused; one
 // the balance covers succeeds and takes its amount from a; one it does not
 // cover fails with FailureInsufficientFunds and leaves a unchanged. Charges on
-// one account are decided one after another, each against the balance the
-// ones before it left.
-func ChargeAccount(a *Account, id uuid.UUID, in NewCharge, at time.Time) (Charge, error) {
+// one account are decided one after another, each against what the ones
+// before it left available. An authorization (in.Authorize) is decided the
+// same way, but holds its amount until at+holdFor instead of taking it.
+func ChargeAccount(a *Account, id uuid.UUID, in NewCharge, at time.Time, holdFor time.Duration) (Charge, error) {
 	switch {
 	case a == nil:
 		return Charge{}, ErrAccountNotFound
@@ -116,10 +120,17 @@ func ChargeAccount(a *Account, id uuid.UUID, in NewCharge, at time.Time) (Charge
 		Metadata:    nonNil(in.Metadata),
 		CreatedAt:   at,
 	}
-	if a.Balance < in.Amount {
+	if a.Available() < in.Amount {
 		c.Status, c.FailureCode = ChargeFailed, FailureInsufficientFunds
 		return c, nil
 	}
+	if in.Authorize {
+		expires := at.Add(holdFor).Truncate(time.Microsecond) // as PostgreSQL keeps it
+		c.Status, c.ExpiresAt = ChargeAuthorized, &expires
+		a.Held += in.Amount
+		return c, nil
+	}
+	c.AmountCaptured = in.Amount
 	a.Balance -= in.Amount
 	return c, nil
 }

@@ -71,6 +71,22 @@ WHERE (a.merchant_id, a.id) IN (
 ORDER BY a.merchant_id, a.id
 FOR UPDATE OF a SKIP LOCKED`
 
+	// accountHoldsSQL sums the live holds of the batch's accounts: their
+	// authorizations not captured, voided or expired as of the transaction's
+	// start (a clock no later than any capture's or void's that follows, so
+	// a hold this batch spends as expired can no longer be captured:
+	// ledger.go). It runs after lockAccountsSQL, in a statement of its own:
+	// its snapshot is taken once those account locks are held, and every
+	// change to an account's holds takes its lock, so it reads them as they
+	// stand. The partial index charges_holds holds only authorizations, so
+	// a batch of accounts without any pays one empty index probe each.
+	accountHoldsSQL = `
+SELECT c.merchant_id, c.account_id, sum(c.amount)::bigint
+FROM charges c
+WHERE (c.merchant_id, c.account_id) IN (SELECT DISTINCT * FROM unnest($1::uuid[], $2::uuid[]))
+  AND c.status = 'authorized' AND c.expires_at > now()
+GROUP BY c.merchant_id, c.account_id`
+
 	// existingAccountsSQL tells, of the accounts lockAccountsSQL did not
 	// return, those that exist: another transaction holds their rows. It runs
 	// only when some account did not come back, so a batch whose accounts are
@@ -101,14 +117,14 @@ WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at < now() - $3::inte
 	// chargeWrites.namedArgs.
 	writeChargesSQL = `
 WITH debit AS (
-    UPDATE accounts a SET balance = a.balance - d.amount
-    FROM unnest(@debit_merchants::uuid[], @debit_accounts::uuid[], @debit_amounts::bigint[]) AS d(m, id, amount)
+    UPDATE accounts a SET balance = a.balance - d.amount, held = a.held + d.hold
+    FROM unnest(@debit_merchants::uuid[], @debit_accounts::uuid[], @debit_amounts::bigint[], @debit_holds::bigint[]) AS d(m, id, amount, hold)
     WHERE a.merchant_id = d.m AND a.id = d.id
 ), charge AS (
-    INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, failure_code, description, metadata)
-    SELECT m, id, a, amount, currency, status, nullif(failure, ''), description, metadata
-    FROM unnest(@charge_merchants::uuid[], @charge_ids::uuid[], @charge_accounts::uuid[], @charge_amounts::bigint[], @currencies::text[], @statuses::text[], @failures::text[], @descriptions::text[], @metadata::jsonb[])
-        WITH ORDINALITY AS c(m, id, a, amount, currency, status, failure, description, metadata, i)
+    INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, failure_code, amount_captured, expires_at, description, metadata)
+    SELECT m, id, a, amount, currency, status, nullif(failure, ''), captured, expires, description, metadata
+    FROM unnest(@charge_merchants::uuid[], @charge_ids::uuid[], @charge_accounts::uuid[], @charge_amounts::bigint[], @currencies::text[], @statuses::text[], @failures::text[], @captured::bigint[], @expires::timestamptz[], @descriptions::text[], @metadata::jsonb[])
+        WITH ORDINALITY AS c(m, id, a, amount, currency, status, failure, captured, expires, description, metadata, i)
     ORDER BY i
 ), event AS (
     INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
@@ -162,6 +178,7 @@ func (s *ChargeDB) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []ide
 		lockAccounts = strings.Replace(lockAccounts, " SKIP LOCKED", "", 1)
 	}
 	b.Queue(lockAccounts, merchants, keys, accountIDs, s.opts.KeyTTL)
+	b.Queue(accountHoldsSQL, merchants, accountIDs)
 	br := conn.SendBatch(ctx, b)
 	locks, err := readLocks(br, n, mode)
 	if closeErr := br.Close(); err == nil {
@@ -226,7 +243,29 @@ func readLocks(br pgx.BatchResults, n int, mode chargedb.Waits) (*chargedb.Locks
 	if err := rows.Err(); err != nil {
 		return r, fmt.Errorf("lock accounts: %w", err)
 	}
-	return r, nil
+	return r, readHolds(br, r.Accounts)
+}
+
+// readHolds reads accountHoldsSQL's rows into the locked accounts' Held.
+func readHolds(br pgx.BatchResults, accounts map[chargedb.AccountKey]*payment.Account) error {
+	rows, _ := br.Query()
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			ak   chargedb.AccountKey
+			held int64
+		)
+		if err := rows.Scan(&ak.Merchant, &ak.ID, &held); err != nil {
+			return fmt.Errorf("read holds: %w", err)
+		}
+		if a := accounts[ak]; a != nil {
+			a.Held = held
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read holds: %w", err)
+	}
+	return nil
 }
 
 // readStoredKeys reads lookupKeysSQL's rows: by member, the response stored

@@ -85,7 +85,8 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 	n := len(w.Charges)
 	var (
 		chargeMerchants, chargeIDs, chargeAccounts, eventIDs = make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n)
-		amounts                                              = make([]int64, n)
+		amounts, captured                                    = make([]int64, n), make([]int64, n)
+		expires                                              = make([]*time.Time, n)
 		currencies, statuses, failures, eventTypes           = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		descriptions                                         = make([]*string, n)
 		metadata, payloads                                   = make([][]byte, n), make([][]byte, n)
@@ -98,10 +99,12 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 		chargeMerchants[i], chargeIDs[i], chargeAccounts[i] = pgUUID(c.Merchant), pgUUID(c.Charge.ID), pgUUID(c.Charge.AccountID)
 		amounts[i], currencies[i], statuses[i], failures[i] = c.Charge.Amount, c.Charge.Currency, string(c.Charge.Status), c.Charge.FailureCode
 		descriptions[i], eventIDs[i], eventTypes[i], payloads[i] = c.Charge.Description, pgUUID(c.EventID), c.EventType, c.Payload
+		captured[i], expires[i] = c.Charge.AmountCaptured, c.Charge.ExpiresAt
 	}
-	debitMerchants, debitAccounts, debitAmounts := make([]pgtype.UUID, len(w.Debits)), make([]pgtype.UUID, len(w.Debits)), make([]int64, len(w.Debits))
+	d := len(w.Debits)
+	debitMerchants, debitAccounts, debitAmounts, debitHolds := make([]pgtype.UUID, d), make([]pgtype.UUID, d), make([]int64, d), make([]int64, d)
 	for i, d := range w.Debits {
-		debitMerchants[i], debitAccounts[i], debitAmounts[i] = pgUUID(d.Account.Merchant), pgUUID(d.Account.ID), d.Amount
+		debitMerchants[i], debitAccounts[i], debitAmounts[i], debitHolds[i] = pgUUID(d.Account.Merchant), pgUUID(d.Account.ID), d.Amount, d.Hold
 	}
 	k := len(w.Keys)
 	var (
@@ -122,9 +125,9 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 		bodies[i], bodyEncodings[i] = encodeBody(kr.Resp.Body)
 	}
 	return pgx.NamedArgs{
-		"debit_merchants": debitMerchants, "debit_accounts": debitAccounts, "debit_amounts": debitAmounts,
+		"debit_merchants": debitMerchants, "debit_accounts": debitAccounts, "debit_amounts": debitAmounts, "debit_holds": debitHolds,
 		"charge_merchants": chargeMerchants, "charge_ids": chargeIDs, "charge_accounts": chargeAccounts, "charge_amounts": amounts,
-		"currencies": currencies, "statuses": statuses, "failures": failures, "descriptions": descriptions, "metadata": metadata,
+		"currencies": currencies, "statuses": statuses, "failures": failures, "captured": captured, "expires": expires, "descriptions": descriptions, "metadata": metadata,
 		"event_ids": eventIDs, "event_types": eventTypes, "payloads": payloads,
 		"key_merchants": keyMerchants, "keys": keys, "fingerprints": fingerprints, "key_statuses": keyStatuses,
 		"locations": locations, "bodies": bodies, "body_encodings": bodyEncodings,

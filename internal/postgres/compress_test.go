@@ -62,7 +62,7 @@ func bigChargeBody(t testing.TB) []byte {
 	}
 	a := &payment.Account{ID: payment.NewID(), Currency: "EUR", Balance: 1999}
 	c, err := payment.ChargeAccount(a, payment.NewID(), payment.NewCharge{AccountID: a.ID, Amount: 1999, Currency: "EUR", Metadata: meta},
-		time.Now().UTC().Truncate(time.Microsecond))
+		time.Now().UTC().Truncate(time.Microsecond), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

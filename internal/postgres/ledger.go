@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -71,12 +72,23 @@ func (l *ledger) Deposit(ctx context.Context, merchantID, accountID uuid.UUID, a
 }
 
 const (
-	// lockChargeSQL reads the charge and locks it until the transaction ends, so
-	// the refund decided from it cannot race another refund of the same charge.
-	lockChargeSQL = `
-SELECT account_id, currency, status, amount, amount_refunded
-FROM charges WHERE merchant_id = $1 AND id = $2
-FOR UPDATE`
+	// lockChargeAccountSQL locks the account of a charge, first: the lock
+	// order is accounts, then charges (internal/charging/charging.go), and
+	// every change to a charge after its creation (a refund, a capture, a
+	// void, an expiry) holds its account's lock. No row comes back when the
+	// merchant has no such charge.
+	lockChargeAccountSQL = `
+SELECT a.id FROM accounts a
+WHERE a.merchant_id = $1 AND a.id = (SELECT c.account_id FROM charges c WHERE c.merchant_id = $1 AND c.id = $2)
+FOR UPDATE OF a`
+
+	// lockChargeSQL reads the charge, locked, in a statement of its own after
+	// lockChargeAccountSQL: its snapshot and its clock (statement_timestamp,
+	// in chargeColumns) come after the account's lock was taken, so it sees
+	// every change made under that lock, and no batch that spent an expired
+	// hold's funds (chargesql.go's accountHoldsSQL) can see that hold expire
+	// later than this does.
+	lockChargeSQL = `SELECT ` + chargeColumns + ` FROM charges WHERE merchant_id = $1 AND id = $2 FOR UPDATE`
 
 	// refundSQL moves the money back: the charge's refunded amount, the
 	// account's balance and the refund row, in one statement.
@@ -91,28 +103,52 @@ WITH charge AS (
 INSERT INTO refunds (merchant_id, id, charge_id, account_id, amount, currency)
 VALUES ($1, $5, $2, $4, $3, $6)
 RETURNING created_at`
+
+	// settleHoldSQL ends an authorization's hold: the charge's new status and
+	// captured amount ($3, $4), the balance debited by the captured amount
+	// and the hold ($5, the authorized amount) released.
+	settleHoldSQL = `
+WITH charge AS (
+    UPDATE charges SET status = $3, amount_captured = $4
+    WHERE merchant_id = $1 AND id = $2
+)
+UPDATE accounts SET balance = balance - $4, held = held - $5
+WHERE merchant_id = $1 AND id = $6`
 )
 
-func (l *ledger) Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (payment.Refund, error) {
-	var (
-		r                 = payment.Refund{ID: payment.NewID(), ChargeID: chargeID}
-		status            payment.ChargeStatus
-		charged, refunded int64
-	)
-	err := l.q.QueryRow(ctx, lockChargeSQL, merchantID, chargeID).Scan(&r.AccountID, &r.Currency, &status, &charged, &refunded)
+// lockCharge locks the merchant's charge and its account (in that order:
+// account first) and returns the charge as stored and the clock to decide it
+// by, or payment.ErrNotFound.
+func (l *ledger) lockCharge(ctx context.Context, merchantID, chargeID uuid.UUID) (payment.Charge, time.Time, error) {
+	var accountID uuid.UUID
+	err := l.q.QueryRow(ctx, lockChargeAccountSQL, merchantID, chargeID).Scan(&accountID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return payment.Refund{}, payment.ErrNotFound
+		return payment.Charge{}, time.Time{}, payment.ErrNotFound
 	case err != nil:
-		return payment.Refund{}, fmt.Errorf("lock charge: %w", err)
-	case status != payment.ChargeSucceeded:
+		return payment.Charge{}, time.Time{}, fmt.Errorf("lock account of charge: %w", err)
+	}
+	c, at, err := scanStoredCharge(l.q.QueryRow(ctx, lockChargeSQL, merchantID, chargeID))
+	if err != nil {
+		return payment.Charge{}, time.Time{}, fmt.Errorf("lock charge: %w", err)
+	}
+	return c, at, nil
+}
+
+func (l *ledger) Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (payment.Refund, error) {
+	c, at, err := l.lockCharge(ctx, merchantID, chargeID)
+	switch {
+	case err != nil:
+		return payment.Refund{}, err
+	case c.At(at).Status != payment.ChargeSucceeded:
 		return payment.Refund{}, payment.ErrChargeNotRefundable
 	}
-	r.Amount = charged - refunded
+	r := payment.Refund{ID: payment.NewID(), ChargeID: chargeID, AccountID: c.AccountID, Currency: c.Currency,
+		Amount: c.AmountCaptured - c.AmountRefunded}
 	if amount != nil {
 		r.Amount = *amount
 	}
-	if r.Amount <= 0 || refunded+r.Amount > charged {
+	if r.Amount <= 0 || c.AmountRefunded+r.Amount > c.AmountCaptured {
 		return payment.Refund{}, payment.ErrRefundExceedsCharge
 	}
 	err = l.q.QueryRow(ctx, refundSQL, merchantID, chargeID, r.Amount, r.AccountID, r.ID, r.Currency).Scan(&r.CreatedAt)
@@ -120,6 +156,33 @@ func (l *ledger) Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amo
 		return payment.Refund{}, fmt.Errorf("insert refund: %w", err)
 	}
 	return r, l.event(ctx, merchantID, "refund", r.ID, payment.EventRefundCreated, r)
+}
+
+func (l *ledger) Capture(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (payment.Charge, error) {
+	return l.settle(ctx, merchantID, chargeID, payment.EventChargeCaptured, func(c payment.Charge, at time.Time) (payment.Charge, error) {
+		return payment.CaptureCharge(c, amount, at)
+	})
+}
+
+func (l *ledger) Void(ctx context.Context, merchantID, chargeID uuid.UUID) (payment.Charge, error) {
+	return l.settle(ctx, merchantID, chargeID, payment.EventChargeVoided, payment.VoidCharge)
+}
+
+// settle ends an authorization's hold as decide says (a capture or a void),
+// with its event.
+func (l *ledger) settle(ctx context.Context, merchantID, chargeID uuid.UUID, eventType string,
+	decide func(payment.Charge, time.Time) (payment.Charge, error)) (payment.Charge, error) {
+	c, at, err := l.lockCharge(ctx, merchantID, chargeID)
+	if err != nil {
+		return payment.Charge{}, err
+	}
+	if c, err = decide(c, at); err != nil {
+		return payment.Charge{}, err
+	}
+	if _, err := l.q.Exec(ctx, settleHoldSQL, merchantID, chargeID, c.Status, c.AmountCaptured, c.Amount, c.AccountID); err != nil {
+		return payment.Charge{}, fmt.Errorf("settle hold: %w", err)
+	}
+	return c, l.event(ctx, merchantID, "charge", c.ID, eventType, c)
 }
 
 const insertEventSQL = `

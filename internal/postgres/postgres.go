@@ -95,6 +95,7 @@ type Store struct {
 	*Reader
 	*Outbox
 	*Merchants
+	*Holds
 }
 
 // DB is the handle every role is built on: one pool, its options, and the
@@ -153,6 +154,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		Reader:    NewReader(d),
 		Outbox:    NewOutbox(d),
 		Merchants: NewMerchants(d),
+		Holds:     NewHolds(d),
 	}, nil
 }
 

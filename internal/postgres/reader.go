@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -14,9 +15,18 @@ import (
 )
 
 const (
+	// accountSQL reads an account with its live holds: authorizations not
+	// captured, voided or past expires_at, whether or not the expiry sweep
+	// has yet recorded them (payment/authorize.go). held, which counts the
+	// unswept ones too, saves the sum for an account that never held any.
 	accountSQL = `
-SELECT id, merchant_id, currency, balance, description, metadata, created_at
-FROM accounts WHERE merchant_id = $1 AND id = $2`
+SELECT a.id, a.merchant_id, a.currency, a.balance,
+       CASE WHEN a.held = 0 THEN 0 ELSE (
+           SELECT coalesce(sum(c.amount), 0)::bigint FROM charges c
+           WHERE c.merchant_id = a.merchant_id AND c.account_id = a.id
+             AND c.status = 'authorized' AND c.expires_at > statement_timestamp()) END,
+       a.description, a.metadata, a.created_at
+FROM accounts a WHERE a.merchant_id = $1 AND a.id = $2`
 
 	depositByIDSQL = `
 SELECT id, account_id, amount, currency, created_at
@@ -30,7 +40,7 @@ FROM deposits WHERE merchant_id = $1 AND account_id = $2 AND id = $3`
 func (s *Reader) Account(ctx context.Context, merchantID, id uuid.UUID) (payment.Account, error) {
 	var a payment.Account
 	err := s.pool.QueryRow(ctx, accountSQL, merchantID, id).
-		Scan(&a.ID, &a.MerchantID, &a.Currency, &a.Balance, &a.Description, &a.Metadata, &a.CreatedAt)
+		Scan(&a.ID, &a.MerchantID, &a.Currency, &a.Balance, &a.Held, &a.Description, &a.Metadata, &a.CreatedAt)
 	return a, readErr("account", err)
 }
 
@@ -48,12 +58,25 @@ func (s *Reader) Charge(ctx context.Context, merchantID, id uuid.UUID) (payment.
 	return c, readErr("charge", err)
 }
 
-// scanCharge reads a row of chargeColumns.
+// scanCharge reads a row of chargeColumns: the charge as it stands when the
+// statement ran (an authorization past its expires_at is expired, whether or
+// not the sweep has yet recorded it).
 func scanCharge(row pgx.Row) (payment.Charge, error) {
-	var c payment.Charge
-	err := row.Scan(&c.ID, &c.AccountID, &c.Amount, &c.Currency, &c.Status, &c.FailureCode, &c.AmountRefunded,
-		&c.Description, &c.Metadata, &c.CreatedAt)
-	return c, err
+	c, at, err := scanStoredCharge(row)
+	return c.At(at), err
+}
+
+// scanStoredCharge reads a row of chargeColumns: the charge as stored, and
+// the statement's clock.
+func scanStoredCharge(row pgx.Row) (c payment.Charge, at time.Time, err error) {
+	err = row.Scan(chargeDest(&c, &at)...)
+	return c, at, err
+}
+
+// chargeDest is where a row of chargeColumns goes.
+func chargeDest(c *payment.Charge, at *time.Time) []any {
+	return []any{&c.ID, &c.AccountID, &c.Amount, &c.Currency, &c.Status, &c.FailureCode, &c.AmountCaptured, &c.AmountRefunded,
+		&c.ExpiresAt, &c.Description, &c.Metadata, &c.CreatedAt, at}
 }
 
 func readErr(what string, err error) error {
@@ -68,8 +91,8 @@ func readErr(what string, err error) error {
 }
 
 const (
-	chargeColumns = `id, account_id, amount, currency, status, coalesce(failure_code, ''), amount_refunded,
-       description, metadata, created_at`
+	chargeColumns = `id, account_id, amount, currency, status, coalesce(failure_code, ''), amount_captured, amount_refunded,
+       expires_at, description, metadata, created_at, statement_timestamp()`
 
 	chargeSeqSQL = `SELECT seq FROM charges WHERE merchant_id = $1 AND id = $2`
 

@@ -34,6 +34,8 @@ type APIOptions struct {
 	// the defaults); TrustedProxies the API's.
 	KeyBudget      postgres.KeyBudget
 	TrustedProxies []netip.Prefix
+	// AuthorizationTTL is the charge path's (zero: its default).
+	AuthorizationTTL time.Duration
 }
 
 // API is the service in process, as cmd/payments serve wires it, on a
@@ -63,7 +65,7 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 		opts.Spec = []byte("openapi: 3.1.0\n")
 	}
 	ctx := context.Background()
-	svc := OpenService(t, url, postgres.Options{MaxConns: opts.MaxConns, KeyWait: opts.KeyWait, KeyBudget: opts.KeyBudget}, charging.Options{})
+	svc := OpenService(t, url, postgres.Options{MaxConns: opts.MaxConns, KeyWait: opts.KeyWait, KeyBudget: opts.KeyBudget}, charging.Options{AuthorizationTTL: opts.AuthorizationTTL})
 	// One connection opened now, with no bound: a short KeyWait also bounds
 	// the wait for a pooled connection, and opening the first one on a loaded
 	// machine (a container's network, packages in parallel) can take longer

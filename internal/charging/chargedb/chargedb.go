@@ -79,7 +79,7 @@ type Locks struct {
 	KeyHeld  []bool                          // by member: this transaction holds its key's lock
 	Stored   []StoredKey                     // by member: the row stored under its key
 	Now      time.Time                       // the transaction's clock
-	Accounts map[AccountKey]*payment.Account // locked here
+	Accounts map[AccountKey]*payment.Account // locked here, with their live holds (Held) as of Now
 	Busy     map[AccountKey]bool             // locked by another transaction
 }
 
@@ -108,10 +108,12 @@ type Writes struct {
 	ConfirmReplays bool
 }
 
-// Debit is what an account's balance loses.
+// Debit is what an account's balance loses (Amount) and what its holds gain
+// (Hold: the authorizations of the batch).
 type Debit struct {
 	Account AccountKey
 	Amount  int64
+	Hold    int64
 }
 
 // ChargeRow is a charge to insert, with its event.
