@@ -38,10 +38,13 @@ import (
 //     member (or leaves with it); a member whose account row another
 //     transaction holds leaves the batch with its account's other members
 //     (they wait for the row together, wait.go); every other member is
-//     decided by payment.ChargeAccount against the balance the members before
-//     it left, and its answer rendered (decideBatch, decide.go: plain Go).
-//  3. One round trip: expired keys deleted, balances, charges (succeeded and
-//     failed), events and key rows with their responses written by one
+//     decided by payment.ChargeAccount against what the members before it
+//     left available (the balance less the live holds, which the same round
+//     trip read once the accounts were locked), and its answer rendered
+//     (decideBatch, decide.go: plain Go). An authorization adds to its
+//     account's holds instead of taking from its balance.
+//  3. One round trip: expired keys deleted, balances and holds, charges
+//     (succeeded, failed and authorized), events and key rows with their responses written by one
 //     statement over arrays, and COMMIT (chargedb.Tx.Commit).
 //
 // If a member's own statement fails, the batch is split in halves until that
@@ -61,8 +64,11 @@ import (
 // advisory lock is held by whichever transaction writes that key's row, so a
 // batch never waits on a key's index entry while it holds accounts. Only
 // transactions that hold no account wait for an account: a busy group (which
-// holds its members' keys) and a charge alone (its own key), each bounded by
-// IDEMPOTENCY_WAIT.
+// holds its members' keys), a charge alone (its own key), and a refund, a
+// capture or a void (its own key, then its charge's one account), each
+// bounded by IDEMPOTENCY_WAIT; the one exception is the expiry sweep
+// (postgres.Holds), which takes its accounts in order, waiting, and which
+// no other transaction waits for while holding one.
 
 // Options tune a Path. Zero values take the defaults.
 type Options struct {

@@ -65,7 +65,7 @@ func New() *Metrics {
 	}, []string{"outcome"})
 	m.charges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "payments_charges_total",
-		Help: "Charges executed (replays not counted) by status: succeeded, failed.",
+		Help: "Charges executed (replays not counted) by status: succeeded, failed, authorized (created with capture: false).",
 	}, []string{"status"})
 	m.abandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "payments_charges_abandoned_total",

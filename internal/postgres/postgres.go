@@ -11,9 +11,13 @@
 // writes the key's row (and the unique index backs that up); a charge is
 // decided from its account read FOR UPDATE (chargesql.go); a deposit is a single
 // UPDATE that PostgreSQL re-evaluates against the newest committed row version
-// after waiting for its lock; and a refund is decided from its charge read FOR
-// UPDATE, which returns the newest version and keeps it locked until commit.
-// CHECK constraints (balance >= 0, amount_refunded <= amount) back that up.
+// after waiting for its lock; and a refund, a capture or a void is decided
+// from its charge read FOR UPDATE after its account was locked (ledger.go),
+// in a statement of its own, so it reads the newest versions of both. The
+// holds a decision counts (live authorizations) are read likewise, in a
+// statement after the account's lock (chargesql.go). CHECK constraints
+// (balance >= 0, held >= 0, amount_refunded <= amount_captured <= amount)
+// back that up.
 // Stricter levels would add serialization failures without preventing any
 // anomaly this schema can have; deadlocks and serialization failures are still
 // retried, never surfaced (the charge path's retries are internal/charging's,
