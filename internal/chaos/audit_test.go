@@ -28,7 +28,7 @@ type audit struct {
 	incompleteKeys    int   // a key row without its stored response
 	missingEvents     int   // objects without exactly one matching event
 	strayEvents       int   // events describing no object
-	badBalances       int   // accounts where balance ≠ deposits − succeeded charges + refunds
+	badBalances       int   // accounts where balance ≠ deposits − captured amounts + refunds
 	balanceGap        int64 // the sum of those differences, in minor units
 	badRefundTotals   int   // charges whose amount_refunded ≠ the sum of their refunds
 }

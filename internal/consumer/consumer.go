@@ -174,8 +174,10 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) error {
 }
 
 // Effect reads an event message and returns what it does to its account's
-// balance: + for deposits and refunds, − for succeeded charges, nothing (but
-// counted) for an account's creation and a failed charge.
+// balance: + for deposits and refunds, − for a charge captured at once
+// (charge.succeeded) or later (charge.captured: its amount_captured),
+// nothing (but counted) for an account's creation, a failed charge and an
+// authorization's hold, void or expiry (a hold is not a debit).
 func Effect(merchant string, body []byte) (BalanceEffect, error) {
 	var e struct {
 		ID   string `json:"id"`

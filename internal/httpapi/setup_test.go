@@ -233,7 +233,7 @@ func (f *fixture) keys() int {
 	return f.count(`SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1`)
 }
 
-// checkLedger asserts balance = deposits − succeeded charges for the account.
+// checkLedger asserts balance = deposits − captured amounts + refunds for the account.
 func (f *fixture) checkLedger(accountID string) {
 	f.t.Helper()
 	id, _ := payment.ParseID(payment.PrefixAccount, accountID)
