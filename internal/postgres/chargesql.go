@@ -60,7 +60,7 @@ ORDER BY u.i`
 	// order, skipping the rows another transaction has locked. A member whose
 	// key is held elsewhere gets no account lock at all: it leaves the batch.
 	lockAccountsSQL = `
-SELECT a.merchant_id, a.id, a.currency, a.balance
+SELECT a.merchant_id, a.id, a.currency, a.balance, a.held
 FROM accounts a
 WHERE (a.merchant_id, a.id) IN (
     SELECT u.m, u.a
@@ -71,19 +71,21 @@ WHERE (a.merchant_id, a.id) IN (
 ORDER BY a.merchant_id, a.id
 FOR UPDATE OF a SKIP LOCKED`
 
-	// accountHoldsSQL sums the live holds of the batch's accounts: their
+	// accountHoldsSQL sums the live holds of some locked accounts: their
 	// authorizations not captured, voided or expired as of the transaction's
 	// start (a clock no later than any capture's or void's that follows, so
 	// a hold this batch spends as expired can no longer be captured:
 	// ledger.go). It runs after lockAccountsSQL, in a statement of its own:
 	// its snapshot is taken once those account locks are held, and every
 	// change to an account's holds takes its lock, so it reads them as they
-	// stand. The partial index charges_holds holds only authorizations, so
-	// a batch of accounts without any pays one empty index probe each.
+	// stand (lockAccountsSQL's own snapshot may predate an authorization
+	// whose account row it then locked). It runs only for the accounts whose
+	// held is not 0 (lockHolds): a batch of accounts that hold nothing pays
+	// nothing for holds.
 	accountHoldsSQL = `
 SELECT c.merchant_id, c.account_id, sum(c.amount)::bigint
 FROM charges c
-WHERE (c.merchant_id, c.account_id) IN (SELECT DISTINCT * FROM unnest($1::uuid[], $2::uuid[]))
+WHERE (c.merchant_id, c.account_id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))
   AND c.status = 'authorized' AND c.expires_at > now()
 GROUP BY c.merchant_id, c.account_id`
 
@@ -178,7 +180,6 @@ func (s *ChargeDB) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []ide
 		lockAccounts = strings.Replace(lockAccounts, " SKIP LOCKED", "", 1)
 	}
 	b.Queue(lockAccounts, merchants, keys, accountIDs, s.opts.KeyTTL)
-	b.Queue(accountHoldsSQL, merchants, accountIDs)
 	br := conn.SendBatch(ctx, b)
 	locks, err := readLocks(br, n, mode)
 	if closeErr := br.Close(); err == nil {
@@ -186,6 +187,9 @@ func (s *ChargeDB) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []ide
 	}
 	if err == nil && !mode.Accounts {
 		err = findBusy(ctx, conn, reqs, locks)
+	}
+	if err == nil {
+		err = readHolds(ctx, conn, locks.Accounts)
 	}
 	return locks, err
 }
@@ -233,7 +237,9 @@ func readLocks(br pgx.BatchResults, n int, mode chargedb.Waits) (*chargedb.Locks
 	rows, _ := br.Query()
 	for rows.Next() {
 		a := &payment.Account{}
-		if err := rows.Scan(&a.MerchantID, &a.ID, &a.Currency, &a.Balance); err != nil {
+		// Held is, for now, every authorization's amount, expired or not
+		// (accounts.held); readHolds makes it the live holds'.
+		if err := rows.Scan(&a.MerchantID, &a.ID, &a.Currency, &a.Balance, &a.Held); err != nil {
 			rows.Close()
 			return r, fmt.Errorf("lock accounts: %w", err)
 		}
@@ -243,12 +249,25 @@ func readLocks(br pgx.BatchResults, n int, mode chargedb.Waits) (*chargedb.Locks
 	if err := rows.Err(); err != nil {
 		return r, fmt.Errorf("lock accounts: %w", err)
 	}
-	return r, readHolds(br, r.Accounts)
+	return r, nil
 }
 
-// readHolds reads accountHoldsSQL's rows into the locked accounts' Held.
-func readHolds(br pgx.BatchResults, accounts map[chargedb.AccountKey]*payment.Account) error {
-	rows, _ := br.Query()
+// readHolds makes the locked accounts' Held their live holds: 0 where the
+// account holds nothing (held 0, read under its lock), else summed by
+// accountHoldsSQL, in one more round trip, only when some account holds
+// anything.
+func readHolds(ctx context.Context, conn *pgxpool.Conn, accounts map[chargedb.AccountKey]*payment.Account) error {
+	var merchants, ids []pgtype.UUID
+	for ak, a := range accounts {
+		if a.Held != 0 {
+			merchants, ids = append(merchants, pgUUID(ak.Merchant)), append(ids, pgUUID(ak.ID))
+			a.Held = 0 // until accountHoldsSQL finds live holds
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, _ := conn.Query(ctx, accountHoldsSQL, merchants, ids)
 	defer rows.Close()
 	for rows.Next() {
 		var (
