@@ -43,7 +43,7 @@ type ChargeStateError struct {
 
 func (e *ChargeStateError) Error() string {
 	verb := "captured"
-	if e.Op == ErrChargeNotVoidable {
+	if errors.Is(e.Op, ErrChargeNotVoidable) {
 		verb = "voided"
 	}
 	return fmt.Sprintf("charge %s is %s; only an authorized charge can be %s",
