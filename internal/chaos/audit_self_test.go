@@ -34,8 +34,8 @@ func TestAuditFindsDamage(t *testing.T) {
 	// A second charge under the first charge's key (a duplicate, debited), an
 	// event lost, a key that lost its response, and a balance off by 7.
 	for _, sql := range []string{
-		`INSERT INTO charges (merchant_id, id, account_id, amount, currency, status)
-		 SELECT merchant_id, gen_random_uuid(), account_id, amount, currency, status FROM charges WHERE amount = 100`,
+		`INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, amount_captured)
+		 SELECT merchant_id, gen_random_uuid(), account_id, amount, currency, status, amount_captured FROM charges WHERE amount = 100`,
 		`UPDATE accounts SET balance = balance - 100`,
 		`DELETE FROM events WHERE type = 'charge.failed'`,
 		`UPDATE idempotency_keys SET status = NULL, body = NULL WHERE key = '` + ops[2].key + `'`,
