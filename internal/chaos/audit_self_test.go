@@ -56,3 +56,51 @@ func TestAuditFindsDamage(t *testing.T) {
 		t.Errorf("client view of the damaged ledger: %d broken answers, %d money gap; want 1 and 93: %q", broken, gap, problems)
 	}
 }
+
+// TestAuditFindsSettlementDamage checks the audit's checks of authorizations:
+// a hold the account no longer counts, a captured charge that also expired, a
+// void without its event and a capture without its stored answer are each
+// found.
+func TestAuditFindsSettlementDamage(t *testing.T) {
+	s := startScenario(t, 60*time.Second, testDatabase, "audit-holds")
+	ctx, bin, dbURL, m, db := s.ctx, s.bin, s.dbURL, s.merchants[0], s.db
+	svc := newService(t, bin, serviceConfig{databaseURL: dbURL})
+	c := newClient(t, m.APIKey, "audit-key-", func(int) string { return svc.url() })
+	acct := c.mustAccount(t, ctx, usd)
+	drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", body: []byte(`{"amount":1000}`)})
+	var auths []string
+	for _, amount := range []int64{100, 200, 300} {
+		o := drive(ctx, c, op{kind: "authorize", path: "/v1/charges", body: authorizeBody(acct, amount)})
+		if o.answer.status != http.StatusCreated {
+			t.Fatalf("authorize %d: %d %s", amount, o.answer.status, o.answer.body)
+		}
+		auths = append(auths, o.answer.field("id"))
+	}
+	capture := drive(ctx, c, captureOp(auths[0], acct, 60))
+	void := drive(ctx, c, voidOp(auths[1], acct))
+	if capture.answer.status != http.StatusOK || void.answer.status != http.StatusOK {
+		t.Fatalf("capture %d %s, void %d %s", capture.answer.status, capture.answer.body, void.answer.status, void.answer.body)
+	}
+	if a := auditDatabase(t, ctx, db, m.ID); !a.clean() || a.authorizations != 3 || a.captured != 1 || a.voided != 1 {
+		t.Fatalf("the undamaged ledger fails the audit: %s", a)
+	}
+
+	for _, sql := range []string{
+		`UPDATE accounts SET held = held + 5`,
+		`INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
+		 SELECT merchant_id, gen_random_uuid(), 'charge', id, 'charge.expired', jsonb_build_object('amount', amount)
+		 FROM charges WHERE status = 'succeeded'`,
+		`DELETE FROM events WHERE type = 'charge.voided'`,
+		`DELETE FROM idempotency_keys WHERE key = '` + capture.key + `'`,
+	} {
+		_, err := db.Exec(ctx, sql)
+		must(t, err, "damage: %s", sql)
+	}
+	a := auditDatabase(t, ctx, db, m.ID)
+	// The expired event on the captured charge is stray as well as a second
+	// settlement.
+	if a.badHolds != 1 || a.settledTwice != 1 || a.strayEvents != 1 || a.missingEvents != 1 || a.badSettleKeys != 1 ||
+		a.settledBeforeAuth != 0 || a.duplicateCharges != 0 || a.balanceGap != 0 {
+		t.Errorf("audit of the damaged ledger: %s", a)
+	}
+}
