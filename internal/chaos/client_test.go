@@ -332,6 +332,26 @@ func chargeBody(accountID string, amount int64) []byte {
 	return []byte(`{"account_id":"` + accountID + `","amount":` + itoa(amount) + `,"currency":"USD"}`)
 }
 
+// authorizeBody is the JSON body of an authorization: a charge with capture
+// false.
+func authorizeBody(accountID string, amount int64) []byte {
+	return []byte(`{"account_id":"` + accountID + `","amount":` + itoa(amount) + `,"currency":"USD","capture":false}`)
+}
+
+// captureOp is the capture of all (amount 0) or part of an authorization.
+func captureOp(charge, account string, amount int64) op {
+	body := []byte(`{}`)
+	if amount > 0 {
+		body = []byte(`{"amount":` + itoa(amount) + `}`)
+	}
+	return op{kind: "capture", path: "/v1/charges/" + charge + "/capture", account: account, amount: amount, body: body}
+}
+
+// voidOp is the void of an authorization.
+func voidOp(charge, account string) op {
+	return op{kind: "void", path: "/v1/charges/" + charge + "/void", account: account, body: []byte(`{}`)}
+}
+
 // logsMention reports which of the secrets appear in logs.
 func logsMention(logs string, secrets ...string) []string {
 	var found []string

@@ -1,12 +1,15 @@
 package chaos_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestLostAcknowledgement is the seed problem of the field: the database
@@ -32,12 +35,8 @@ func TestLostAcknowledgement(t *testing.T) {
 		amount: 1_000_000, body: []byte(`{"amount":1000000}`)})
 	ops = append(ops, opening)
 
-	var (
-		firstStatus          = map[int]int{} // status of the request whose COMMIT was lost or unacknowledged
-		wrongFirst, notFired int
-		wrongRetry           int
-		lastCharge           string
-	)
+	losses := newLosses()
+	var lastCharge string
 	for i := range rounds {
 		f := loseAck
 		if i%4 == 3 {
@@ -52,43 +51,10 @@ func TestLostAcknowledgement(t *testing.T) {
 			o = op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct, amount: 500,
 				body: []byte(`{"amount":500}`)}
 		}
-		o.key = c.newKey()
-
-		proxy.arm(f)
-		first, err := c.send(ctx, 1, http.MethodPost, o.path, o.key, o.body)
-		if got, ok := proxy.waitFired(); !ok || got != f {
-			notFired++
-			t.Errorf("round %d: the proxy's %s did not happen (%v)", i, f, got)
-			proxy.arm(noFault)
-		}
-		// The fault did what it says: after a lost acknowledgement the key
-		// and its response are committed; after a lost commit, nothing is.
-		var committed bool
-		must(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM idempotency_keys WHERE key = $1)`, o.key).Scan(&committed), "look up key")
-		if committed != (f == loseAck) {
-			notFired++
-			t.Errorf("round %d (%s of a %s): after the fault the key is committed: %v", i, f, o.kind, committed)
-		}
-		firstStatus[first.status]++
-		if err != nil || first.status != http.StatusServiceUnavailable || first.code() != "service-unavailable" ||
-			first.header.Get("Retry-After") == "" {
-			wrongFirst++
-			t.Errorf("round %d (%s of a %s): first answer %d %s (Retry-After %q, %v); want 503 service-unavailable with Retry-After",
-				i, f, o.kind, first.status, first.body, first.header.Get("Retry-After"), err)
-		}
-
-		a, attempts, err := c.definite(ctx, http.MethodPost, o.path, o.key, o.body)
-		must(t, err, "round %d: retry", i)
-		o.answer, o.attempts = a, attempts+1
+		o = losses.loseOnce(t, ctx, proxy, db, c, o, f, http.StatusCreated)
 		ops = append(ops, o)
-		// A lost acknowledgement is answered by the replay of what was
-		// committed; a lost commit by a fresh execution.
-		if a.status != http.StatusCreated || a.replayed() != (f == loseAck) {
-			wrongRetry++
-			t.Errorf("round %d (%s of a %s): retry answered %d (replayed %v) %s", i, f, o.kind, a.status, a.replayed(), a.body)
-		}
 		if o.kind == "charge" {
-			lastCharge = a.field("id")
+			lastCharge = o.answer.field("id")
 		}
 	}
 
@@ -101,7 +67,7 @@ func TestLostAcknowledgement(t *testing.T) {
 	}
 	t.Logf("%d rounds: %d acknowledgements and %d commits lost (%d at the COMMIT pipelined in a charge batch, the rest at a COMMIT of its own) "+
 		"of %d key-claiming commits through the proxy; first answers by status %v; %d requests, %d replays",
-		rounds, proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load(), proxy.commits.Load(), firstStatus,
+		rounds, proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load(), proxy.commits.Load(), losses.firstStatus,
 		c.stats.requests.Load(), c.stats.replayed.Load())
 
 	summary{
@@ -111,7 +77,7 @@ func TestLostAcknowledgement(t *testing.T) {
 			proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load()),
 		duplicates: a.duplicateCharges,
 		lost:       int(moneyGap) + a.missingEvents,
-		violations: a.violations() + broken + wrongFirst + notFired + wrongRetry + int(c.stats.internal.Load()),
+		violations: a.violations() + broken + losses.wrong() + int(c.stats.internal.Load()),
 		command:    reproduce("TestLostAcknowledgement"),
 	}.log(t, time.Since(began))
 }
@@ -208,4 +174,59 @@ CREATE TRIGGER hold_the_slot BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 		t.Errorf("%d charges, %d distinct ids in the replays, balance %d; want %d, %d, %d", charges, len(ids), balance, members, members, want)
 	}
 	t.Logf("one lost acknowledgement covered a batch of %d charges: %d answered 503, all %d retries replayed", members, members, members)
+}
+
+// losses counts what went wrong in rounds of lost commits and lost
+// acknowledgements (loseOnce).
+type losses struct {
+	firstStatus map[int]int // status of the request whose COMMIT was lost or unacknowledged
+	notFired    int         // faults that did not strike, or did not do what they say
+	wrongFirst  int         // first answers other than a retryable 503
+	wrongRetry  int         // retries answered other than the original outcome
+}
+
+func newLosses() *losses { return &losses{firstStatus: map[int]int{}} }
+
+// wrong is every count of l that must be zero.
+func (l *losses) wrong() int { return l.notFired + l.wrongFirst + l.wrongRetry }
+
+// loseOnce sends o with a fresh key once, with f armed at the proxy for its
+// commit, and checks what f left: the key and its response committed after a
+// lost acknowledgement, nothing after a lost commit; the answer a 503
+// service-unavailable with Retry-After. It then retries with the same key
+// until the answer is definite: it must be want, the replay of what was
+// committed after a lost acknowledgement, a fresh execution after a lost
+// commit. It returns o with that answer.
+func (l *losses) loseOnce(t *testing.T, ctx context.Context, proxy *pgProxy, db *pgxpool.Pool, c *client, o op, f fault, want int) op {
+	t.Helper()
+	o.key = c.newKey()
+	proxy.arm(f)
+	first, err := c.send(ctx, 1, http.MethodPost, o.path, o.key, o.body)
+	if got, ok := proxy.waitFired(); !ok || got != f {
+		l.notFired++
+		t.Errorf("%s %s: the proxy's %s did not happen (%v)", o.kind, o.path, f, got)
+		proxy.arm(noFault)
+	}
+	var committed bool
+	must(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM idempotency_keys WHERE key = $1)`, o.key).Scan(&committed), "look up key")
+	if committed != (f == loseAck) {
+		l.notFired++
+		t.Errorf("%s %s (%s): after the fault the key is committed: %v", o.kind, o.path, f, committed)
+	}
+	l.firstStatus[first.status]++
+	if err != nil || first.status != http.StatusServiceUnavailable || first.code() != "service-unavailable" ||
+		first.header.Get("Retry-After") == "" {
+		l.wrongFirst++
+		t.Errorf("%s %s (%s): first answer %d %s (Retry-After %q, %v); want 503 service-unavailable with Retry-After",
+			o.kind, o.path, f, first.status, first.body, first.header.Get("Retry-After"), err)
+	}
+	a, attempts, err := c.definite(ctx, http.MethodPost, o.path, o.key, o.body)
+	must(t, err, "%s %s: retry", o.kind, o.path)
+	o.answer, o.attempts = a, attempts+1
+	if a.status != want || a.replayed() != (f == loseAck) {
+		l.wrongRetry++
+		t.Errorf("%s %s (%s): retry answered %d (replayed %v) %s; want %d, replayed %v",
+			o.kind, o.path, f, a.status, a.replayed(), a.body, want, f == loseAck)
+	}
+	return o
 }
