@@ -244,3 +244,127 @@ func TestTwoCapturesOneWins(t *testing.T) {
 	f.wantMoney(acct, 10_000-taken, 10_000-taken)
 	f.wantStored(calls, replies, 0, 1)
 }
+
+// TestCaptureRacesRefunds: on each of 6 authorizations of 600, a capture of
+// 400 and four refunds (two of 150, two of the rest) released together. A
+// refund decided before the capture is a 409 charge-not-refundable; after
+// it, a refund of what is left of the 400 captured, or 422 once nothing is.
+func TestCaptureRacesRefunds(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 10_000)
+	var calls []call
+	var charges []string
+	for range 6 {
+		ch := f.authorize(acct, 600)
+		wantRefused(t, f.post("/v1/charges/"+ch+"/refunds", uuid.NewString(), "{}"), http.StatusConflict, "charge-not-refundable", "")
+		charges = append(charges, ch)
+		calls = append(calls, call{"/v1/charges/" + ch + "/capture", uuid.NewString(), `{"amount":400}`})
+		for _, body := range []string{`{"amount":150}`, `{}`, `{"amount":150}`, `{}`} {
+			calls = append(calls, call{"/v1/charges/" + ch + "/refunds", uuid.NewString(), body})
+		}
+	}
+	shuffle(calls)
+	replies := f.race(calls)
+
+	refunded := map[string]int64{}
+	outcomes := map[string]int{}
+	for i, r := range replies {
+		ch := strings.Split(calls[i].path, "/")[3]
+		switch {
+		case calls[i].is("capture"):
+			if c := r.json(t); r.status != http.StatusOK || c["status"] != "succeeded" || c["amount_captured"] != 400.0 {
+				t.Errorf("capture of %s: %d %s", ch, r.status, r.body)
+			}
+		case r.status == http.StatusCreated:
+			refunded[ch] += int64(r.json(t)["amount"].(float64))
+			outcomes["refunded"]++
+		case r.status == http.StatusConflict:
+			wantRefused(t, r, http.StatusConflict, "charge-not-refundable", "")
+			outcomes["before the capture"]++
+		default:
+			wantRefused(t, r, http.StatusUnprocessableEntity, "refund-exceeds-charge", "")
+			outcomes["nothing left"]++
+		}
+	}
+	t.Logf("refunds: %v", outcomes)
+	var back int64
+	for _, ch := range charges {
+		c := f.get("/v1/charges/" + ch).json(t)
+		if c["status"] != "succeeded" || c["amount_captured"] != 400.0 || c["amount_refunded"] != float64(refunded[ch]) || refunded[ch] > 400 {
+			t.Errorf("charge after the race: %v; the 201s refunded %d", c, refunded[ch])
+		}
+		back += refunded[ch]
+	}
+	f.wantMoney(acct, 10_000-6*400+back, 10_000-6*400+back)
+	if n := f.count(`SELECT count(*) FROM refunds WHERE merchant_id = $1`); n != outcomes["refunded"] {
+		t.Errorf("%d refund rows, %d refunds answered 201", n, outcomes["refunded"])
+	}
+	// No refund's event comes before its charge's capture.
+	if n := f.count(`SELECT count(*) FROM events r JOIN events c ON c.merchant_id = r.merchant_id
+        AND c.type = 'charge.captured' AND c.payload->>'id' = r.payload->>'charge_id'
+        WHERE r.merchant_id = $1 AND r.type = 'refund.created' AND r.seq < c.seq`); n != 0 {
+		t.Errorf("%d refund.created events precede their charge's charge.captured", n)
+	}
+	f.wantStored(calls, replies, 0, 1)
+}
+
+// TestAuthorizationsCompeteForFunds: 30 authorizations and 10 plain charges
+// of 100 race for a deposit of 1000: exactly 10 take it, whichever kind;
+// the 30 others are stored 402s, each with its failed charge.
+func TestAuthorizationsCompeteForFunds(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	var calls []call
+	for i := range 40 {
+		c := call{"/v1/charges", uuid.NewString(), fmt.Sprintf(`{"account_id":%q,"amount":100,"currency":"USD","capture":false}`, acct)}
+		if i%4 == 0 {
+			c.body = chargeBody(acct, 100)
+		}
+		calls = append(calls, c)
+	}
+	shuffle(calls)
+	replies := f.race(calls)
+
+	won := map[string][]string{} // status: charge ids
+	for i, r := range replies {
+		switch r.status {
+		case http.StatusCreated:
+			c := r.json(t)
+			want := map[bool]string{true: "authorized", false: "succeeded"}[strings.Contains(calls[i].body, "capture")]
+			if c["status"] != want {
+				t.Errorf("%s: %s, want %s", calls[i].body, r.body, want)
+			}
+			won[want] = append(won[want], c["id"].(string))
+		default:
+			wantRefused(t, r, http.StatusPaymentRequired, "insufficient-funds", "")
+			won["failed"] = append(won["failed"], r.json(t)["charge_id"].(string))
+		}
+	}
+	auth, plain := len(won["authorized"]), len(won["succeeded"])
+	t.Logf("%d authorizations and %d charges took the funds", auth, plain)
+	if auth+plain != 10 || len(won["failed"]) != 30 {
+		t.Fatalf("%d authorized, %d succeeded, %d refused; want 10 winners and 30 refusals", auth, plain, len(won["failed"]))
+	}
+	f.wantMoney(acct, 1000-100*int64(plain), 0)
+	events := f.chargeEvents()
+	for status, ids := range won {
+		for _, id := range ids {
+			wantEvents(t, events, id, map[string]int{"charge." + status: 1})
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM charges WHERE merchant_id = $1`); n != 40 {
+		t.Errorf("%d charge rows, want 40", n)
+	}
+	f.wantStored(calls, replies, 0, 1)
+	// A void gives its hold back to the next authorization, and only it.
+	if auth > 0 {
+		if r := f.post("/v1/charges/"+won["authorized"][0]+"/void", uuid.NewString(), ""); r.status != http.StatusOK {
+			t.Fatalf("void: %d %s", r.status, r.body)
+		}
+		f.wantMoney(acct, 1000-100*int64(plain), 100)
+		f.authorize(acct, 100)
+		f.wantMoney(acct, 1000-100*int64(plain), 0)
+	}
+}
