@@ -130,8 +130,8 @@ func TestCaptureRacesExpiry(t *testing.T) {
 	taken := map[string]int64{}
 	won := 0
 	for i, h := range hs {
-		switch {
-		case h.r.status == http.StatusOK:
+		switch h.r.status {
+		case http.StatusOK:
 			won++
 			taken[h.acct] += h.take
 			if c := h.r.json(t); c["status"] != "succeeded" || c["amount_captured"] != float64(h.take) {
