@@ -26,7 +26,9 @@ func requestShapes() []struct {
 		{"/v1/accounts", func() any { return new(accountRequest) }},
 		{"/v1/accounts/acct_00000000000000000000000000000001/deposits", func() any { return new(depositRequest) }},
 		{"/v1/charges", func() any { return new(chargeRequest) }},
-		{"/v1/charges/ch_00000000000000000000000000000001/refunds", func() any { return new(refundRequest) }},
+		{"/v1/charges/ch_00000000000000000000000000000001/refunds", func() any { return new(amountRequest) }},
+		{"/v1/charges/ch_00000000000000000000000000000001/capture", func() any { return new(amountRequest) }},
+		{"/v1/charges/ch_00000000000000000000000000000001/void", func() any { return new(struct{}) }},
 	}
 }
 

@@ -148,25 +148,38 @@ func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 	s.answer(w, r, nameMissing(err, "charge", chi.URLParam(r, "id")), c)
 }
 
-type refundRequest struct {
+// amountRequest is the body of a refund or a capture: an amount, or, left
+// out, all there is.
+type amountRequest struct {
 	Amount *int64 `json:"amount"`
 }
 
-func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
-	var in refundRequest
-	req, ok := s.readPost(w, r, &in)
+// readAmount reads a refund's or a capture's body with read (readPost, or
+// readOptionalPost when the body may be left out) and checks its amount.
+func (s *Server) readAmount(w http.ResponseWriter, r *http.Request,
+	read func(http.ResponseWriter, *http.Request, any) (idempotency.Request, bool)) (idempotency.Request, *int64, bool) {
+	var in amountRequest
+	req, ok := read(w, r, &in)
 	if !ok {
-		return
+		return req, nil, false
 	}
 	if in.Amount != nil {
 		if err := payment.ValidateAmount("amount", *in.Amount); err != nil {
 			s.fail(w, r, err)
-			return
+			return req, nil, false
 		}
+	}
+	return req, in.Amount, true
+}
+
+func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
+	req, amount, ok := s.readAmount(w, r, s.readPost)
+	if !ok {
+		return
 	}
 	chargeID := pathID(r, "id", payment.PrefixCharge)
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
-		rf, err := l.Refund(ctx, req.MerchantID, chargeID, in.Amount)
+		rf, err := l.Refund(ctx, req.MerchantID, chargeID, amount)
 		if err != nil {
 			return response{}, nameMissing(err, "charge", chi.URLParam(r, "id"))
 		}
@@ -175,27 +188,16 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-type captureRequest struct {
-	Amount *int64 `json:"amount"`
-}
-
 // captureCharge takes all or part of an authorized charge (POST
 // /v1/charges/{id}/capture): 200 with the charge.
 func (s *Server) captureCharge(w http.ResponseWriter, r *http.Request) {
-	var in captureRequest
-	req, ok := s.readOptionalPost(w, r, &in)
+	req, amount, ok := s.readAmount(w, r, s.readOptionalPost)
 	if !ok {
 		return
 	}
-	if in.Amount != nil {
-		if err := payment.ValidateAmount("amount", *in.Amount); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-	}
 	chargeID := pathID(r, "id", payment.PrefixCharge)
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
-		c, err := l.Capture(ctx, req.MerchantID, chargeID, in.Amount)
+		c, err := l.Capture(ctx, req.MerchantID, chargeID, amount)
 		if err != nil {
 			return response{}, nameMissing(err, "charge", chi.URLParam(r, "id"))
 		}
