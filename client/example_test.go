@@ -2,8 +2,10 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
@@ -188,4 +190,29 @@ func ExampleClient_ListEvents() {
 			return
 		}
 	}
+}
+
+// A webhook receiver: read the body as sent, verify it before decoding it,
+// and deduplicate on the event id (a delivery may come more than once).
+func ExampleVerifyWebhook() {
+	secret := os.Getenv("PAYMENTS_WEBHOOK_SECRET") // "whsec_...", shown once when the endpoint was created
+	http.HandleFunc("POST /webhooks/payments", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if err := client.VerifyWebhook(body, r.Header.Get(client.WebhookSignatureHeader), secret, 0); err != nil {
+			http.Error(w, "bad signature", http.StatusBadRequest)
+			return
+		}
+		var ev client.Event
+		if err := json.Unmarshal(body, &ev); err != nil {
+			http.Error(w, "bad event", http.StatusBadRequest)
+			return
+		}
+		log.Println("event", r.Header.Get(client.WebhookEventIDHeader), ev.Type)
+		w.WriteHeader(http.StatusNoContent) // any 2xx acknowledges it
+	})
+	log.Fatal(http.ListenAndServe(":8000", nil))
 }
