@@ -10,7 +10,8 @@
 // types, secret) behind a port to the store, their delivery state kept in
 // PostgreSQL beside the outbox (each attempt recorded, retried with the one
 // backoff for three days, then the endpoint disabled), and the leases under
-// which several replicas deliver without sending one attempt twice at once.
+// which several replicas deliver without sending one attempt twice at once:
+// docs/webhooks.md has the design.
 package webhook
 
 import (
