@@ -19,6 +19,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/exactlyonce/payments"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // The contract test: every exchange of this package's integration tests goes
@@ -293,5 +294,27 @@ func TestContractCheckCatchesDrift(t *testing.T) {
 				t.Errorf("want an error containing %q, got:\n%v", tc.wantErr, err)
 			}
 		})
+	}
+}
+
+// TestEventTypesMatchTheSpec: the event types a webhook endpoint may
+// subscribe to (payment.EventTypes) are the ones openapi.yaml documents for
+// events, no more and no fewer.
+func TestEventTypesMatchTheSpec(t *testing.T) {
+	c, err := loadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := c.doc.Components.Schemas["Event"]
+	if event == nil || event.Value.Properties["type"] == nil {
+		t.Fatal("openapi.yaml has no Event schema with a type")
+	}
+	var documented []string
+	for _, v := range event.Value.Properties["type"].Value.Enum {
+		documented = append(documented, fmt.Sprint(v))
+	}
+	got, want := slices.Sorted(slices.Values(payment.EventTypes)), slices.Sorted(slices.Values(documented))
+	if !slices.Equal(got, want) {
+		t.Errorf("payment.EventTypes %v, openapi.yaml's Event.type %v", got, want)
 	}
 }
