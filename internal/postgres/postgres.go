@@ -86,8 +86,8 @@ func (o Options) withDefaults() Options {
 // its SQL in its own files, over one pool: Keys (idempotency.go, and ledger.go
 // for the ledger its steps run on), ChargeDB (chargedb.go, chargesql.go and
 // chargewrite.go: the SQL of the charge path, whose use case is
-// internal/charging), Reader (reader.go), Outbox (outbox.go) and Merchants
-// (merchants.go, auth.go). Each role is built alone on the handle (DB,
+// internal/charging), Reader (reader.go), Outbox (outbox.go), Merchants
+// (merchants.go, auth.go), Holds (holds.go) and Webhooks (webhooks.go). Each role is built alone on the handle (DB,
 // from Connect) with its New function, and holds no Close: the handle's
 // owner closes it. Store bundles them for cmd/payments, which hands each
 // consumer of the store the interface it declares. Monitor (monitor.go)
@@ -100,6 +100,7 @@ type Store struct {
 	*Outbox
 	*Merchants
 	*Holds
+	*Webhooks
 }
 
 // DB is the handle every role is built on: one pool, its options, and the
@@ -159,6 +160,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		Outbox:    NewOutbox(d),
 		Merchants: NewMerchants(d),
 		Holds:     NewHolds(d),
+		Webhooks:  NewWebhooks(d),
 	}, nil
 }
 

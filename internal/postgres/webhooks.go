@@ -1,0 +1,128 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/exactlyonce/payments/internal/payment"
+)
+
+// Webhooks stores merchants' webhook endpoints (migration 0012,
+// docs/webhooks.md). It stores what it is given: the URL check and the
+// events' validation are the callers', before they call it.
+type Webhooks struct{ *db }
+
+// NewWebhooks builds the Webhooks role on d.
+func NewWebhooks(d *DB) *Webhooks { return &Webhooks{d.db} }
+
+const (
+	// lockMerchantSQL serializes a merchant's endpoint creations, so the
+	// count that follows cannot be raced past the limit.
+	lockMerchantSQL = `SELECT FROM merchants WHERE id = $1 FOR UPDATE`
+
+	countLiveEndpointsSQL = `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1 AND deleted_at IS NULL`
+
+	// insertEndpointSQL starts the endpoint's cursor at the event horizon
+	// (horizon.go): it receives the events from its creation on.
+	insertEndpointSQL = `
+INSERT INTO webhook_endpoints (merchant_id, id, url, events, secret, cursor_tx, cursor_seq)
+SELECT $1, $2, $3, $4, $5, h.horizon, 0 FROM payments_event_horizon() h
+RETURNING status, created_at`
+
+	endpointColumns = `merchant_id, id, url, events, status, created_at`
+
+	listEndpointsSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints
+WHERE merchant_id = $1 AND deleted_at IS NULL ORDER BY created_at, id`
+
+	getEndpointSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints
+WHERE merchant_id = $1 AND id = $2 AND deleted_at IS NULL`
+
+	deleteEndpointSQL = `UPDATE webhook_endpoints SET deleted_at = now()
+WHERE merchant_id = $1 AND id = $2 AND deleted_at IS NULL`
+)
+
+// CreateWebhookEndpoint records a new endpoint of the merchant and returns it
+// with its Secret, the only answer that carries it. It returns
+// payment.ErrNotFound for an unknown merchant, and
+// payment.ErrTooManyWebhookEndpoints when the merchant already has
+// payment.MaxWebhookEndpoints live endpoints.
+func (s *Webhooks) CreateWebhookEndpoint(ctx context.Context, merchantID uuid.UUID, url string, events []string, secret string) (payment.WebhookEndpoint, error) {
+	e := payment.WebhookEndpoint{ID: payment.NewID(), MerchantID: merchantID, URL: url, Events: events, Secret: secret}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, lockMerchantSQL, merchantID).Scan(); errors.Is(err, pgx.ErrNoRows) {
+			return payment.ErrNotFound
+		} else if err != nil {
+			return fmt.Errorf("lock merchant: %w", err)
+		}
+		var live int
+		if err := tx.QueryRow(ctx, countLiveEndpointsSQL, merchantID).Scan(&live); err != nil {
+			return fmt.Errorf("count webhook endpoints: %w", err)
+		}
+		if live >= payment.MaxWebhookEndpoints {
+			return fmt.Errorf("%w: the merchant has %d, the most allowed", payment.ErrTooManyWebhookEndpoints, live)
+		}
+		err := tx.QueryRow(ctx, insertEndpointSQL, merchantID, e.ID, url, events, secret).Scan(&e.Status, &e.CreatedAt)
+		if err != nil {
+			return fmt.Errorf("insert webhook endpoint: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return payment.WebhookEndpoint{}, asUnavailable(err)
+	}
+	return e, nil
+}
+
+// WebhookEndpoints returns the merchant's live endpoints, oldest first,
+// without their secrets.
+func (s *Webhooks) WebhookEndpoints(ctx context.Context, merchantID uuid.UUID) ([]payment.WebhookEndpoint, error) {
+	rows, err := s.pool.Query(ctx, listEndpointsSQL, merchantID)
+	if err != nil {
+		return nil, asUnavailable(fmt.Errorf("list webhook endpoints: %w", err))
+	}
+	endpoints, err := pgx.CollectRows(rows, scanEndpoint)
+	if err != nil {
+		return nil, asUnavailable(fmt.Errorf("list webhook endpoints: %w", err))
+	}
+	return endpoints, nil
+}
+
+// WebhookEndpoint returns the merchant's live endpoint id, without its
+// secret, or payment.ErrNotFound.
+func (s *Webhooks) WebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) (payment.WebhookEndpoint, error) {
+	rows, err := s.pool.Query(ctx, getEndpointSQL, merchantID, id)
+	if err != nil {
+		return payment.WebhookEndpoint{}, asUnavailable(fmt.Errorf("read webhook endpoint: %w", err))
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return payment.WebhookEndpoint{}, payment.ErrNotFound
+	}
+	if err != nil {
+		return payment.WebhookEndpoint{}, asUnavailable(fmt.Errorf("read webhook endpoint: %w", err))
+	}
+	return e, nil
+}
+
+// DeleteWebhookEndpoint marks the merchant's live endpoint id deleted. It
+// returns payment.ErrNotFound when the merchant has no such live endpoint.
+func (s *Webhooks) DeleteWebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) error {
+	tag, err := s.pool.Exec(ctx, deleteEndpointSQL, merchantID, id)
+	if err != nil {
+		return asUnavailable(fmt.Errorf("delete webhook endpoint: %w", err))
+	}
+	if tag.RowsAffected() == 0 {
+		return payment.ErrNotFound
+	}
+	return nil
+}
+
+func scanEndpoint(row pgx.CollectableRow) (payment.WebhookEndpoint, error) {
+	var e payment.WebhookEndpoint
+	err := row.Scan(&e.MerchantID, &e.ID, &e.URL, &e.Events, &e.Status, &e.CreatedAt)
+	return e, err
+}
