@@ -38,7 +38,8 @@ const (
 	WebhookDisabled = "disabled"
 )
 
-// ErrTooManyWebhookEndpoints: the merchant already has MaxWebhookEndpoints.
+// ErrTooManyWebhookEndpoints refuses an endpoint to a merchant that already
+// has MaxWebhookEndpoints.
 var ErrTooManyWebhookEndpoints = errors.New("too many webhook endpoints")
 
 // WebhookEndpoint is where a merchant's events are delivered.

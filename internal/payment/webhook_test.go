@@ -1,4 +1,4 @@
-package payment_test
+package payment
 
 import (
 	"errors"
@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/exactlyonce/payments/internal/payment"
 )
 
 func TestValidateWebhookEvents(t *testing.T) {
@@ -18,7 +16,7 @@ func TestValidateWebhookEvents(t *testing.T) {
 	}{
 		{[]string{"*"}, ""},
 		{[]string{"charge.succeeded", "refund.created"}, ""},
-		{payment.EventTypes, ""},
+		{EventTypes, ""},
 		{nil, "must list"},
 		{[]string{}, "must list"},
 		{[]string{"*", "charge.succeeded"}, "send it alone"},
@@ -28,8 +26,8 @@ func TestValidateWebhookEvents(t *testing.T) {
 		{[]string{""}, "is not an event type"},
 	}
 	for _, tc := range cases {
-		err := payment.ValidateWebhookEvents(tc.events)
-		var ve *payment.ValidationError
+		err := ValidateWebhookEvents(tc.events)
+		var ve *ValidationError
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%q: %v", tc.events, err)
@@ -40,11 +38,11 @@ func TestValidateWebhookEvents(t *testing.T) {
 }
 
 func TestWebhookEndpointSubscribes(t *testing.T) {
-	all := payment.WebhookEndpoint{Events: []string{payment.AllEvents}}
-	some := payment.WebhookEndpoint{Events: []string{payment.EventChargeCaptured}}
-	if !all.Subscribes(payment.EventRefundCreated) || !some.Subscribes(payment.EventChargeCaptured) || some.Subscribes(payment.EventChargeSucceeded) {
-		t.Errorf("all: %t, some (captured): %t, some (succeeded): %t", all.Subscribes(payment.EventRefundCreated),
-			some.Subscribes(payment.EventChargeCaptured), some.Subscribes(payment.EventChargeSucceeded))
+	all := WebhookEndpoint{Events: []string{AllEvents}}
+	some := WebhookEndpoint{Events: []string{EventChargeCaptured}}
+	if !all.Subscribes(EventRefundCreated) || !some.Subscribes(EventChargeCaptured) || some.Subscribes(EventChargeSucceeded) {
+		t.Errorf("all: %t, some (captured): %t, some (succeeded): %t", all.Subscribes(EventRefundCreated),
+			some.Subscribes(EventChargeCaptured), some.Subscribes(EventChargeSucceeded))
 	}
 }
 
@@ -52,7 +50,7 @@ func TestWebhookEndpointSubscribes(t *testing.T) {
 // endpoint, never in a list or a read.
 func TestWebhookEndpointJSON(t *testing.T) {
 	id := uuid.MustParse("01936b2e-8f3a-7c4d-9e5f-0a1b2c3d4e5f")
-	e := payment.WebhookEndpoint{ID: id, URL: "https://shop.example/hooks", Events: []string{"*"}, Status: payment.WebhookEnabled,
+	e := WebhookEndpoint{ID: id, URL: "https://shop.example/hooks", Events: []string{"*"}, Status: WebhookEnabled,
 		Secret: "whsec_abc", CreatedAt: time.Date(2026, 12, 2, 10, 0, 0, 123456000, time.UTC)}
 	created, err := e.MarshalJSON()
 	if err != nil {
