@@ -99,3 +99,51 @@ func (e WebhookEndpoint) MarshalJSON() ([]byte, error) {
 		CreatedAt timestamp `json:"created_at"`
 	}{FormatID(PrefixWebhookEndpoint, e.ID), "webhook_endpoint", e.URL, e.Events, e.Status, secret, timestamp(e.CreatedAt)})
 }
+
+// The states of a webhook delivery: pending until an attempt is answered
+// with a 2xx (delivered), or until its attempts have failed for the whole
+// retry period (abandoned, and the endpoint disabled).
+const (
+	DeliveryPending   = "pending"
+	DeliveryDelivered = "delivered"
+	DeliveryAbandoned = "abandoned"
+)
+
+// WebhookDelivery is an event to POST to an endpoint, as a worker claimed
+// it: the claim is leased, and only the claim that holds Claim settles it.
+type WebhookDelivery struct {
+	MerchantID uuid.UUID
+	EndpointID uuid.UUID
+	EventID    uuid.UUID
+	URL        string
+	Secret     string
+	// Body is the event as /v1/events shows it (Event's MarshalJSON).
+	Body []byte
+	// Attempt is this attempt's number, 1 for the first.
+	Attempt int
+	// Claim is the claim's token.
+	Claim uuid.UUID
+}
+
+// WebhookAttempt is what became of one attempt of a delivery, and what
+// follows a failure.
+type WebhookAttempt struct {
+	// At is when the POST started; Latency how long it took to its answer
+	// or its failure.
+	At      time.Time
+	Latency time.Duration
+	// Status is the answer's HTTP status, or 0 when there was none; Error
+	// then says why (refused, timed out, ...). One of the two is set.
+	Status int
+	Error  string
+	// RetryIn is how long after a failure the next attempt is due;
+	// RetryFor is how long after its first attempt a delivery that keeps
+	// failing is abandoned, and its endpoint disabled.
+	RetryIn  time.Duration
+	RetryFor time.Duration
+}
+
+// Delivered reports whether the attempt delivered the event: a 2xx answer.
+func (a WebhookAttempt) Delivered() bool {
+	return a.Error == "" && a.Status >= 200 && a.Status < 300
+}
