@@ -174,17 +174,30 @@ func (l *OutboxLease) Wait(ctx context.Context, d time.Duration) error {
 // retention, so pruning never holds long locks, never bloats one transaction
 // and never touches an event still to be read. It walks the order index from
 // its start and stops at the first event not old enough (an older one behind
-// it goes next time).
+// it goes next time). Webhooks read the events they deliver at each attempt
+// (docs/webhooks.md), so it also spares the events at or after the cursor of
+// a live enabled endpoint of their merchant (not yet fanned out) and those
+// with a pending delivery to one; the batch counts them, so they are
+// skipped, not waited for.
 const pruneSQL = `
 DELETE FROM events
 WHERE (merchant_id, id) IN (
     SELECT merchant_id, id FROM (
-        SELECT merchant_id, id, created_at FROM events
+        SELECT merchant_id, id, created_at, tx_id, seq FROM events
         WHERE (tx_id, seq) <= ($3::xid8, $4::bigint)
         ORDER BY tx_id, seq
         LIMIT $2
     ) AS oldest
     WHERE created_at < now() - $1::interval
+      AND NOT EXISTS (
+        SELECT FROM webhook_endpoints e
+        WHERE e.merchant_id = oldest.merchant_id AND e.deleted_at IS NULL AND e.status = 'enabled'
+          AND (oldest.tx_id, oldest.seq) >= (e.cursor_tx, e.cursor_seq))
+      AND NOT EXISTS (
+        SELECT FROM webhook_deliveries d
+        JOIN webhook_endpoints e ON e.merchant_id = d.merchant_id AND e.id = d.endpoint_id
+        WHERE d.merchant_id = oldest.merchant_id AND d.event_id = oldest.id AND d.state = 'pending'
+          AND e.deleted_at IS NULL AND e.status = 'enabled')
 )`
 
 // Prune deletes up to batch published events created more than retention

@@ -87,7 +87,8 @@ func (o Options) withDefaults() Options {
 // for the ledger its steps run on), ChargeDB (chargedb.go, chargesql.go and
 // chargewrite.go: the SQL of the charge path, whose use case is
 // internal/charging), Reader (reader.go), Outbox (outbox.go), Merchants
-// (merchants.go, auth.go), Holds (holds.go) and Webhooks (webhooks.go). Each role is built alone on the handle (DB,
+// (merchants.go, auth.go), Holds (holds.go), Webhooks (webhooks.go) and
+// Deliveries (deliveries.go). Each role is built alone on the handle (DB,
 // from Connect) with its New function, and holds no Close: the handle's
 // owner closes it. Store bundles them for cmd/payments, which hands each
 // consumer of the store the interface it declares. Monitor (monitor.go)
@@ -101,6 +102,7 @@ type Store struct {
 	*Merchants
 	*Holds
 	*Webhooks
+	*Deliveries
 }
 
 // DB is the handle every role is built on: one pool, its options, and the
@@ -153,14 +155,15 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		return nil, err
 	}
 	return &Store{
-		DB:        d,
-		Keys:      NewKeys(d),
-		ChargeDB:  NewChargeDB(d),
-		Reader:    NewReader(d),
-		Outbox:    NewOutbox(d),
-		Merchants: NewMerchants(d),
-		Holds:     NewHolds(d),
-		Webhooks:  NewWebhooks(d),
+		DB:         d,
+		Keys:       NewKeys(d),
+		ChargeDB:   NewChargeDB(d),
+		Reader:     NewReader(d),
+		Outbox:     NewOutbox(d),
+		Merchants:  NewMerchants(d),
+		Holds:      NewHolds(d),
+		Webhooks:   NewWebhooks(d),
+		Deliveries: NewDeliveries(d),
 	}, nil
 }
 

@@ -1,0 +1,278 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/exactlyonce/payments/internal/payment"
+)
+
+// Deliveries keeps the state of webhook deliveries (migration 0013,
+// docs/webhooks.md): the fan-out of events to endpoints, the workers'
+// leased claims, and the record of attempts. It decides no backoff and sends
+// nothing: internal/webhook's Deliverer does, through the port it declares.
+type Deliveries struct{ *db }
+
+// NewDeliveries builds the Deliveries role on d.
+func NewDeliveries(d *DB) *Deliveries { return &Deliveries{d.db} }
+
+// fanOutLockKey is the advisory lock that lets one fan-out run at a time.
+const fanOutLockKey = 0x7061796d_7768666f // "paymwhfo"
+
+// fanOutSQL reads, for every live enabled endpoint, up to $2 of its
+// merchant's events after its cursor and below the event horizon ($1, read by
+// the statement before: horizon.go), exactly as the feed pages; inserts a
+// delivery of each that the endpoint subscribes to; and moves the cursor to
+// the last event read, subscribed to or not. All in one statement, so the
+// deliveries and the cursor commit together: a crash repeats nothing and
+// skips nothing.
+const fanOutSQL = `
+WITH batch AS (
+    SELECT e.merchant_id, e.id AS endpoint_id, e.events AS subscribed, ev.id AS event_id, ev.type, ev.tx_id, ev.seq
+    FROM webhook_endpoints e
+    CROSS JOIN LATERAL (
+        SELECT id, type, tx_id, seq FROM events
+        WHERE merchant_id = e.merchant_id
+          AND tx_id < $1::xid8
+          AND (tx_id, seq) > (e.cursor_tx, e.cursor_seq)
+        ORDER BY tx_id, seq
+        LIMIT $2
+    ) ev
+    WHERE e.deleted_at IS NULL AND e.status = 'enabled'
+), inserted AS (
+    INSERT INTO webhook_deliveries (merchant_id, endpoint_id, event_id)
+    SELECT merchant_id, endpoint_id, event_id FROM batch
+    WHERE '*' = ANY (subscribed) OR type = ANY (subscribed)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), moved AS (
+    UPDATE webhook_endpoints e SET cursor_tx = last.tx_id, cursor_seq = last.seq
+    FROM (
+        SELECT DISTINCT ON (merchant_id, endpoint_id) merchant_id, endpoint_id, tx_id, seq
+        FROM batch ORDER BY merchant_id, endpoint_id, tx_id DESC, seq DESC
+    ) last
+    WHERE e.merchant_id = last.merchant_id AND e.id = last.endpoint_id
+)
+SELECT count(*) FROM inserted`
+
+// FanOut moves every live enabled endpoint's cursor over up to batch of its
+// merchant's next events, inserting a pending delivery of each event the
+// endpoint subscribes to, in one transaction. One fan-out runs at a time
+// across replicas; another finds the lock taken and returns 0 at once. It
+// returns how many deliveries it created, or an error wrapping
+// payment.ErrUnavailable.
+func (s *Deliveries) FanOut(ctx context.Context, batch int) (int, error) {
+	var created int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var leader bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(fanOutLockKey)).Scan(&leader); err != nil || !leader {
+			return err
+		}
+		h, err := eventHorizon(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, fanOutSQL, h.xid, batch).Scan(&created)
+	})
+	if err != nil {
+		return 0, asUnavailable(fmt.Errorf("fan out events to webhook endpoints: %w", err))
+	}
+	return created, nil
+}
+
+const (
+	// lockDueEndpointsSQL locks the live enabled endpoints that have a due
+	// delivery, skipping those another claim holds: two claims never count
+	// and lease one endpoint's deliveries at once, so neither passes the
+	// per-endpoint bound.
+	lockDueEndpointsSQL = `
+SELECT e.merchant_id, e.id FROM webhook_endpoints e
+WHERE e.deleted_at IS NULL AND e.status = 'enabled'
+  AND EXISTS (
+    SELECT FROM webhook_deliveries d
+    WHERE d.merchant_id = e.merchant_id AND d.endpoint_id = e.id AND d.state = 'pending'
+      AND d.next_attempt_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= now()))
+FOR NO KEY UPDATE OF e SKIP LOCKED`
+
+	// claimSQL, a statement of its own after lockDueEndpointsSQL (so its
+	// snapshot sees every lease committed before those locks), leases the
+	// due deliveries of the locked endpoints ($1, $2), the earliest due
+	// first: per endpoint up to $3 less those it has leased and unexpired,
+	// and $4 in all. It returns each with its endpoint and its event.
+	claimSQL = `
+WITH due AS (
+    SELECT d.merchant_id, d.endpoint_id, d.event_id
+    FROM unnest($1::uuid[], $2::uuid[]) AS e(merchant_id, id)
+    CROSS JOIN LATERAL (
+        SELECT x.merchant_id, x.endpoint_id, x.event_id, x.next_attempt_at FROM webhook_deliveries x
+        WHERE x.merchant_id = e.merchant_id AND x.endpoint_id = e.id AND x.state = 'pending'
+          AND x.next_attempt_at <= now() AND (x.lease_until IS NULL OR x.lease_until <= now())
+        ORDER BY x.next_attempt_at
+        LIMIT greatest($3 - (
+            SELECT count(*) FROM webhook_deliveries y
+            WHERE y.merchant_id = e.merchant_id AND y.endpoint_id = e.id AND y.state = 'pending'
+              AND y.lease_until > now()), 0)
+        FOR UPDATE SKIP LOCKED
+    ) d
+    ORDER BY d.next_attempt_at
+    LIMIT $4
+), leased AS (
+    UPDATE webhook_deliveries w SET lease_until = now() + $5::interval, claim = $6
+    FROM due
+    WHERE (w.merchant_id, w.endpoint_id, w.event_id) = (due.merchant_id, due.endpoint_id, due.event_id)
+    RETURNING w.merchant_id, w.endpoint_id, w.event_id, w.attempts
+)
+SELECT l.merchant_id, l.endpoint_id, l.event_id, l.attempts + 1, e.url, e.secret, ev.type, ev.payload, ev.created_at
+FROM leased l
+JOIN webhook_endpoints e ON e.merchant_id = l.merchant_id AND e.id = l.endpoint_id
+JOIN events ev ON ev.merchant_id = l.merchant_id AND ev.id = l.event_id`
+)
+
+// ClaimDeliveries leases up to total due deliveries (pending, next attempt
+// due, no unexpired lease) of live enabled endpoints for lease, at most
+// perEndpoint per endpoint counting those already leased, and returns each
+// with its endpoint's URL and secret, its event as /v1/events shows it, and
+// its attempt number. The lease is committed before it returns; only this
+// claim may settle the deliveries (RecordAttempt). It returns an error
+// wrapping payment.ErrUnavailable when the database fails.
+func (s *Deliveries) ClaimDeliveries(ctx context.Context, perEndpoint, total int, lease time.Duration) ([]payment.WebhookDelivery, error) {
+	var claimed []payment.WebhookDelivery
+	claim := payment.NewID()
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, lockDueEndpointsSQL)
+		var merchants, endpoints []pgtype.UUID
+		for rows.Next() {
+			var m, e pgtype.UUID
+			if err := rows.Scan(&m, &e); err != nil {
+				rows.Close()
+				return err
+			}
+			merchants, endpoints = append(merchants, m), append(endpoints, e)
+		}
+		if rows.Close(); rows.Err() != nil || len(endpoints) == 0 {
+			return rows.Err()
+		}
+		rows, _ = tx.Query(ctx, claimSQL, merchants, endpoints, perEndpoint, total, lease, claim)
+		var err error
+		claimed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.WebhookDelivery, error) {
+			d := payment.WebhookDelivery{Claim: claim}
+			var e payment.Event
+			if err := row.Scan(&d.MerchantID, &d.EndpointID, &d.EventID, &d.Attempt, &d.URL, &d.Secret,
+				&e.Type, &e.Data, &e.CreatedAt); err != nil {
+				return d, err
+			}
+			e.ID = d.EventID
+			body, err := json.Marshal(e)
+			d.Body = body
+			return d, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, asUnavailable(fmt.Errorf("claim webhook deliveries: %w", err))
+	}
+	return claimed, nil
+}
+
+const (
+	insertAttemptSQL = `
+INSERT INTO webhook_attempts (merchant_id, endpoint_id, id, event_id, attempted_at, status, error, latency_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+
+	// settleSQL settles the delivery if the claim $4 still holds it: a
+	// 2xx ($6) delivers it; a failure schedules the next attempt $7 from
+	// now, or abandons it once the attempt ($5) comes the retry period ($8)
+	// or more after the first.
+	settleSQL = `
+UPDATE webhook_deliveries SET
+    attempts = attempts + 1,
+    first_attempt_at = coalesce(first_attempt_at, $5),
+    state = CASE
+        WHEN $6 THEN 'delivered'
+        WHEN $5::timestamptz - coalesce(first_attempt_at, $5) >= $8::interval THEN 'abandoned'
+        ELSE 'pending' END,
+    next_attempt_at = CASE WHEN $6 THEN next_attempt_at ELSE now() + $7::interval END,
+    lease_until = NULL,
+    claim = NULL
+WHERE merchant_id = $1 AND endpoint_id = $2 AND event_id = $3 AND claim = $4 AND state = 'pending'
+RETURNING state`
+
+	// disableEndpointSQL disables an endpoint whose delivery was abandoned,
+	// and abandons its other pending deliveries: a disabled endpoint gets
+	// nothing more, and pruning need not keep their events.
+	disableEndpointSQL = `
+WITH disabled AS (
+    UPDATE webhook_endpoints SET status = 'disabled'
+    WHERE merchant_id = $1 AND id = $2 AND status = 'enabled'
+)
+UPDATE webhook_deliveries SET state = 'abandoned', lease_until = NULL, claim = NULL
+WHERE merchant_id = $1 AND endpoint_id = $2 AND state = 'pending'`
+)
+
+// RecordAttempt records an attempt of a claimed delivery and, in the same
+// transaction, settles the delivery if d's claim still holds it: delivered
+// on a 2xx; otherwise due again a.RetryIn from now, or, once its attempts
+// have failed for a.RetryFor since the first, abandoned with its endpoint
+// disabled. It returns the delivery's state after it (a payment.Delivery*
+// constant), or "" when the claim no longer held it (its lease expired and
+// another claim took it, or it was settled meanwhile): the attempt is
+// recorded then too, and the delivery left to the claim that holds it. The
+// error wraps payment.ErrUnavailable when the database fails.
+func (s *Deliveries) RecordAttempt(ctx context.Context, d payment.WebhookDelivery, a payment.WebhookAttempt) (string, error) {
+	var errText *string
+	var code *int
+	if a.Status != 0 {
+		code = &a.Status
+	}
+	if a.Error != "" || a.Status == 0 {
+		msg := a.Error
+		if msg == "" {
+			msg = "no answer"
+		}
+		msg = truncate(msg, 1024)
+		errText = &msg
+		code = nil
+	}
+	var state string
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertAttemptSQL, d.MerchantID, d.EndpointID, payment.NewID(), d.EventID,
+			a.At, code, errText, a.Latency.Milliseconds()); err != nil {
+			return fmt.Errorf("insert attempt: %w", err)
+		}
+		err := tx.QueryRow(ctx, settleSQL, d.MerchantID, d.EndpointID, d.EventID, d.Claim,
+			a.At, a.Delivered(), a.RetryIn, a.RetryFor).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			state = ""
+			return nil
+		}
+		if err != nil || state != payment.DeliveryAbandoned {
+			return err
+		}
+		// The webhook_endpoint.disabled event the design asks for is not
+		// written yet (docs/webhooks.md, "To build").
+		_, err = tx.Exec(ctx, disableEndpointSQL, d.MerchantID, d.EndpointID)
+		return err
+	})
+	if err != nil {
+		return "", asUnavailable(fmt.Errorf("record webhook attempt: %w", err))
+	}
+	return state, nil
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
