@@ -1,17 +1,13 @@
-// Package webhook holds what the service needs to send a merchant's events
-// to the merchant's own HTTPS endpoint safely: the signature of a delivery
-// (Sign, with the secret NewSecret makes), and the guard against
-// server-side request forgery (CheckURL when an endpoint is created or a
-// delivery starts, and the HTTP client of NewClient, which checks every
-// address again after DNS resolution and follows no redirect). Merchants
-// verify deliveries with the Go client's VerifyWebhook.
-//
-// Later this package gains the endpoints themselves (URL, subscribed event
-// types, secret) behind a port to the store, their delivery state kept in
-// PostgreSQL beside the outbox (each attempt recorded, retried with the one
-// backoff for three days, then the endpoint disabled), and the leases under
-// which several replicas deliver without sending one attempt twice at once:
-// docs/webhooks.md has the design.
+// Package webhook sends a merchant's events to the merchant's own HTTPS
+// endpoints, safely: the signature of a delivery (Sign, with the secret
+// NewSecret makes); the guard against server-side request forgery (CheckURL
+// when an endpoint is created, and the HTTP client of NewClient, which
+// checks every address again after DNS resolution as each delivery connects,
+// and follows no redirect); and the Deliverer (deliver.go), which fans events
+// out to deliveries, claims them under leases, POSTs them and records every
+// attempt, its state kept in PostgreSQL beside the outbox behind the Store
+// port it declares. Merchants verify deliveries with the Go client's
+// VerifyWebhook. docs/webhooks.md has the design.
 package webhook
 
 import (

@@ -1,0 +1,254 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/retry"
+)
+
+// Store is the delivery state the Deliverer works on, kept beside the
+// outbox; *postgres.Deliveries implements it (docs/webhooks.md).
+type Store interface {
+	// FanOut inserts the deliveries of up to batch new events per live
+	// endpoint and moves the endpoints' cursors, one fan-out at a time
+	// across replicas; it returns how many deliveries it created.
+	FanOut(ctx context.Context, batch int) (int, error)
+	// ClaimDeliveries leases up to total due deliveries, at most
+	// perEndpoint per endpoint counting those leased already.
+	ClaimDeliveries(ctx context.Context, perEndpoint, total int, lease time.Duration) ([]payment.WebhookDelivery, error)
+	// RecordAttempt records an attempt and settles the delivery if the
+	// claim still holds it, returning its state then ("" if not held).
+	RecordAttempt(ctx context.Context, d payment.WebhookDelivery, a payment.WebhookAttempt) (string, error)
+}
+
+// DefaultBackoff spaces a delivery's attempts: the first retry within 10 s,
+// then twice as far apart each time (full jitter), at most an hour.
+var DefaultBackoff = retry.Policy{First: 10 * time.Second, Max: time.Hour}
+
+// Options tune a Deliverer. Zero values take the defaults.
+type Options struct {
+	// AllowPrivate lets deliveries reach http and local addresses
+	// (WEBHOOK_ALLOW_PRIVATE_NETWORKS; development and tests only).
+	AllowPrivate bool
+	// Timeout bounds an attempt (default DefaultTimeout, 10 s).
+	Timeout time.Duration
+	// PerEndpoint bounds the attempts in flight to one endpoint, across
+	// replicas (default 4); InFlight those of this Deliverer (default 32).
+	PerEndpoint int
+	InFlight    int
+	// Lease is how long a claimed delivery is this Deliverer's (default
+	// 15 s, and always Timeout plus 5 s at least): a crash past it lets
+	// another replica attempt it again.
+	Lease time.Duration
+	// FanOutBatch bounds the events fanned out per endpoint per round
+	// (default 100).
+	FanOutBatch int
+	// Poll is how often it looks for new events and due retries when idle
+	// (default 1 s).
+	Poll time.Duration
+	// Backoff draws the wait before the next attempt after the attempt-th
+	// failed (default DefaultBackoff.Wait).
+	Backoff func(attempt int) time.Duration
+	// RetryFor is how long after its first attempt a delivery that keeps
+	// failing is abandoned and its endpoint disabled (default 3 days).
+	RetryFor time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.PerEndpoint <= 0 {
+		o.PerEndpoint = 4
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = 32
+	}
+	if o.Lease <= 0 {
+		o.Lease = 15 * time.Second
+	}
+	o.Lease = max(o.Lease, o.Timeout+5*time.Second)
+	if o.FanOutBatch <= 0 {
+		o.FanOutBatch = 100
+	}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	if o.Backoff == nil {
+		o.Backoff = DefaultBackoff.Wait
+	}
+	if o.RetryFor <= 0 {
+		o.RetryFor = 72 * time.Hour
+	}
+	return o
+}
+
+// Stats count what a Deliverer did, for the metrics.
+type Stats struct {
+	Delivered atomic.Int64 // attempts answered with a 2xx
+	Failed    atomic.Int64 // attempts that were not
+	Abandoned atomic.Int64 // deliveries given up after the retry period
+}
+
+// Deliverer POSTs merchants' events to their webhook endpoints: it fans new
+// events out to deliveries, claims due ones under a lease, sends each
+// (signed afresh) with the client NewClient builds, and records every
+// attempt with the delivery's next step. Every replica may run one: the
+// store's leases keep them from attempting one delivery at once.
+type Deliverer struct {
+	store   Store
+	log     *slog.Logger
+	opts    Options
+	client  *http.Client
+	records *retry.Outage
+
+	Stats Stats
+}
+
+// NewDeliverer returns a Deliverer working on store.
+func NewDeliverer(store Store, log *slog.Logger, opts Options) *Deliverer {
+	opts = opts.withDefaults()
+	return &Deliverer{
+		store: store, log: log, opts: opts,
+		client:  NewClient(opts.AllowPrivate, opts.Timeout),
+		records: retry.NewOutage(log, "webhooks: record attempts"),
+	}
+}
+
+// Run delivers until ctx ends, then waits for the attempts in flight (each
+// ends within the timeout) and returns. The store's failures are retried with
+// the service's backoff and logged as one outage.
+func (d *Deliverer) Run(ctx context.Context) {
+	loop := retry.NewLoop(d.log, "webhooks: fan out and claim deliveries", retry.Default)
+	slots := make(chan struct{}, d.opts.InFlight) // one per attempt in flight
+	wake := make(chan struct{}, 1)                // an attempt ended: a slot is free
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		claimed, err := d.claim(ctx, cap(slots)-len(slots))
+		if err != nil {
+			if ctx.Err() != nil || !loop.Fail(ctx, err) {
+				return
+			}
+			continue
+		}
+		loop.Succeed()
+		for _, dl := range claimed {
+			slots <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.attempt(ctx, dl)
+				<-slots
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}()
+		}
+		if len(claimed) > 0 && len(slots) < cap(slots) {
+			continue // more may be due now
+		}
+		timer := time.NewTimer(d.opts.Poll)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// claim fans new events out, then claims up to free due deliveries.
+func (d *Deliverer) claim(ctx context.Context, free int) ([]payment.WebhookDelivery, error) {
+	if _, err := d.store.FanOut(ctx, d.opts.FanOutBatch); err != nil {
+		return nil, err
+	}
+	if free == 0 {
+		return nil, nil
+	}
+	return d.store.ClaimDeliveries(ctx, d.opts.PerEndpoint, free, d.opts.Lease)
+}
+
+// attempt POSTs one delivery and records the attempt. An attempt cut short by
+// ctx's end is not recorded: its lease expires and it is made again.
+func (d *Deliverer) attempt(ctx context.Context, dl payment.WebhookDelivery) {
+	a := d.post(ctx, dl)
+	if ctx.Err() != nil && a.Error != "" {
+		return
+	}
+	if a.Delivered() {
+		d.Stats.Delivered.Add(1)
+	} else {
+		d.Stats.Failed.Add(1)
+		a.RetryIn = d.opts.Backoff(dl.Attempt)
+		d.log.Debug("webhooks: attempt failed", "endpoint", dl.EndpointID, "event", dl.EventID,
+			"attempt", dl.Attempt, "status", a.Status, "error", a.Error, "retry_in", a.RetryIn)
+	}
+	a.RetryFor = d.opts.RetryFor
+	// The attempt was made: record it even if ctx ends meanwhile.
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	state, err := d.store.RecordAttempt(recordCtx, dl, a)
+	if err != nil {
+		d.records.Failed(err)
+		return
+	}
+	d.records.Succeeded()
+	if state == payment.DeliveryAbandoned {
+		d.Stats.Abandoned.Add(1)
+		d.log.Warn("webhooks: delivery abandoned after the retry period; endpoint disabled",
+			"merchant", dl.MerchantID, "endpoint", dl.EndpointID, "event", dl.EventID, "attempts", dl.Attempt)
+	}
+}
+
+// post sends the delivery once, signed now, and says what became of it.
+func (d *Deliverer) post(ctx context.Context, dl payment.WebhookDelivery) payment.WebhookAttempt {
+	start := time.Now()
+	a := payment.WebhookAttempt{At: start}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Body))
+	if err != nil {
+		a.Error = "the endpoint's URL cannot be requested"
+		return a
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(EventIDHeader, payment.FormatID(payment.PrefixEvent, dl.EventID))
+	req.Header.Set(SignatureHeader, Sign(dl.Secret, start, dl.Body))
+	res, err := d.client.Do(req)
+	if err == nil {
+		// Read a little of the answer, so the connection can be used again.
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+		_ = res.Body.Close()
+		a.Status = res.StatusCode
+	}
+	a.Latency = time.Since(start)
+	if err != nil {
+		a.Error = describe(err, d.opts.Timeout)
+	}
+	return a
+}
+
+// describe says why an attempt got no answer, for the merchant's record of
+// attempts: without the URL, which the record already names.
+func describe(err error, timeout time.Duration) string {
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return "no answer within " + timeout.String()
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		err = urlErr.Err
+	}
+	return err.Error()
+}
