@@ -226,20 +226,7 @@ WHERE merchant_id = $1 AND endpoint_id = $2 AND state = 'pending'`
 // recorded then too, and the delivery left to the claim that holds it. The
 // error wraps payment.ErrUnavailable when the database fails.
 func (s *Deliveries) RecordAttempt(ctx context.Context, d payment.WebhookDelivery, a payment.WebhookAttempt) (string, error) {
-	var errText *string
-	var code *int
-	if a.Status != 0 {
-		code = &a.Status
-	}
-	if a.Error != "" || a.Status == 0 {
-		msg := a.Error
-		if msg == "" {
-			msg = "no answer"
-		}
-		msg = truncate(msg, 1024)
-		errText = &msg
-		code = nil
-	}
+	code, errText := attemptResult(a)
 	var state string
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertAttemptSQL, d.MerchantID, d.EndpointID, payment.NewID(), d.EventID,
@@ -264,6 +251,24 @@ func (s *Deliveries) RecordAttempt(ctx context.Context, d payment.WebhookDeliver
 		return "", asUnavailable(fmt.Errorf("record webhook attempt: %w", err))
 	}
 	return state, nil
+}
+
+// attemptResult is the attempt's status or its error, the one column of the
+// two that webhook_attempts allows: a status outside 100-599 (which Go's
+// client accepts from a server) is recorded as the error it is.
+func attemptResult(a payment.WebhookAttempt) (status *int, errText *string) {
+	msg := a.Error
+	switch {
+	case msg != "":
+	case a.Status >= 100 && a.Status <= 599:
+		return &a.Status, nil
+	case a.Status != 0:
+		msg = fmt.Sprintf("answered with the invalid status %d", a.Status)
+	default:
+		msg = "no answer"
+	}
+	msg = truncate(msg, 1024)
+	return nil, &msg
 }
 
 // truncate cuts s to at most n bytes, on a rune boundary.

@@ -406,3 +406,56 @@ func TestPruneSparesWebhookEvents(t *testing.T) {
 		t.Errorf("after delivering: %v, want only %v", got, want)
 	}
 }
+
+// TestDeletedEndpointGetsNoMore: a deleted endpoint's pending deliveries are
+// not claimed again, and it gets no new ones.
+func TestDeletedEndpointGetsNoMore(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgtest.NewDatabase(t))
+	acme := newMerchant(t, s, "acme")
+	endpoint := addEndpoint(t, s, acme, payment.AllEvents)
+	addEvent(t, s, acme, payment.EventChargeSucceeded)
+	if n, err := s.FanOut(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("FanOut = %d, %v; want 1", n, err)
+	}
+	if err := s.DeleteWebhookEndpoint(ctx, acme, endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := s.ClaimDeliveries(ctx, 4, 32, time.Minute); err != nil || len(ds) != 0 {
+		t.Errorf("claimed %d, %v of a deleted endpoint; want none", len(ds), err)
+	}
+	addEvent(t, s, acme, payment.EventChargeSucceeded)
+	if n, err := s.FanOut(ctx, 100); err != nil || n != 0 {
+		t.Errorf("FanOut to a deleted endpoint = %d, %v; want 0", n, err)
+	}
+}
+
+// An attempt's result fits webhook_attempts: a status, or an error, never
+// both, whatever the answer was.
+func TestAttemptResult(t *testing.T) {
+	long := string(make([]byte, 2000))
+	for _, tc := range []struct {
+		name   string
+		a      payment.WebhookAttempt
+		status int
+		err    string
+	}{
+		{"a 2xx", payment.WebhookAttempt{Status: 204}, 204, ""},
+		{"a 500", payment.WebhookAttempt{Status: 500}, 500, ""},
+		{"an error", payment.WebhookAttempt{Error: "connection refused"}, 0, "connection refused"},
+		{"an error and a status", payment.WebhookAttempt{Status: 200, Error: "body cut"}, 0, "body cut"},
+		{"an invalid status", payment.WebhookAttempt{Status: 999}, 0, "answered with the invalid status 999"},
+		{"nothing", payment.WebhookAttempt{}, 0, "no answer"},
+		{"a long error", payment.WebhookAttempt{Error: long}, 0, long[:1024]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, errText := attemptResult(tc.a)
+			if (status == nil) == (errText == nil) {
+				t.Fatalf("status %v, error %v: want exactly one", status, errText)
+			}
+			if status != nil && *status != tc.status || errText != nil && *errText != tc.err {
+				t.Errorf("got %v %v, want %d %q", status, errText, tc.status, tc.err)
+			}
+		})
+	}
+}
