@@ -133,10 +133,13 @@ func (d *Deliverer) Run(ctx context.Context) {
 	loop := retry.NewLoop(d.log, "webhooks: fan out and claim deliveries", retry.Default)
 	slots := make(chan struct{}, d.opts.InFlight) // one per attempt in flight
 	wake := make(chan struct{}, 1)                // an attempt ended: a slot is free
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		fanned time.Time // the last fan-out that found nothing new
+	)
 	defer wg.Wait()
 	for ctx.Err() == nil {
-		claimed, err := d.claim(ctx, cap(slots)-len(slots))
+		claimed, err := d.claim(ctx, cap(slots)-len(slots), &fanned)
 		if err != nil {
 			if ctx.Err() != nil || !loop.Fail(ctx, err) {
 				return
@@ -170,10 +173,19 @@ func (d *Deliverer) Run(ctx context.Context) {
 	}
 }
 
-// claim fans new events out, then claims up to free due deliveries.
-func (d *Deliverer) claim(ctx context.Context, free int) ([]payment.WebhookDelivery, error) {
-	if _, err := d.store.FanOut(ctx, d.opts.FanOutBatch); err != nil {
-		return nil, err
+// claim fans new events out, then claims up to free due deliveries. It fans
+// out at most once per Poll while fan-outs find nothing (idle is set to the
+// last that did not), so an attempt that ends, which wakes the loop for its
+// slot, does not cost a fan-out each time.
+func (d *Deliverer) claim(ctx context.Context, free int, idle *time.Time) ([]payment.WebhookDelivery, error) {
+	if time.Since(*idle) >= d.opts.Poll {
+		n, err := d.store.FanOut(ctx, d.opts.FanOutBatch)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			*idle = time.Now()
+		}
 	}
 	if free == 0 {
 		return nil, nil
