@@ -55,6 +55,7 @@ const (
 	CodeInternalError               = "internal-error"
 	CodeServiceUnavailable          = "service-unavailable"
 	CodeCaptureExceedsAuthorization = "capture-exceeds-authorization"
+	CodeTooManyWebhookEndpoints     = "too-many-webhook-endpoints"
 )
 
 func (p *Problem) Error() string {

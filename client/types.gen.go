@@ -100,6 +100,21 @@ func (e ChargeStatus) Valid() bool {
 	}
 }
 
+// Defines values for DeletedWebhookEndpointObject.
+const (
+	DeletedWebhookEndpointObjectWebhookEndpoint DeletedWebhookEndpointObject = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the DeletedWebhookEndpointObject enum.
+func (e DeletedWebhookEndpointObject) Valid() bool {
+	switch e {
+	case DeletedWebhookEndpointObjectWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DepositObject.
 const (
 	DepositObjectDeposit DepositObject = "deposit"
@@ -193,6 +208,54 @@ const (
 func (e RefundObject) Valid() bool {
 	switch e {
 	case RefundObjectRefund:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookEndpointObject.
+const (
+	WebhookEndpointObjectWebhookEndpoint WebhookEndpointObject = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEndpointObject enum.
+func (e WebhookEndpointObject) Valid() bool {
+	switch e {
+	case WebhookEndpointObjectWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookEndpointStatus.
+const (
+	WebhookEndpointStatusDisabled WebhookEndpointStatus = "disabled"
+	WebhookEndpointStatusEnabled  WebhookEndpointStatus = "enabled"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEndpointStatus enum.
+func (e WebhookEndpointStatus) Valid() bool {
+	switch e {
+	case WebhookEndpointStatusDisabled:
+		return true
+	case WebhookEndpointStatusEnabled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookEndpointListObject.
+const (
+	WebhookEndpointListObjectList WebhookEndpointListObject = "list"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEndpointListObject enum.
+func (e WebhookEndpointListObject) Valid() bool {
+	switch e {
+	case WebhookEndpointListObjectList:
 		return true
 	default:
 		return false
@@ -389,6 +452,21 @@ type ChargeStatus string
 //
 // Examples: USD
 type Currency = string
+
+// DeletedWebhookEndpoint The endpoint that was deleted.
+type DeletedWebhookEndpoint struct {
+	// Deleted Always true.
+	Deleted bool `json:"deleted"`
+
+	// Id A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+	//
+	// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
+	Id     WebhookEndpointId            `json:"id"`
+	Object DeletedWebhookEndpointObject `json:"object"`
+}
+
+// DeletedWebhookEndpointObject defines model for DeletedWebhookEndpoint.Object.
+type DeletedWebhookEndpointObject string
 
 // Deposit Money added to an account.
 type Deposit struct {
@@ -616,6 +694,20 @@ type NewRefund struct {
 	Amount *Amount `json:"amount,omitempty"`
 }
 
+// NewWebhookEndpoint An endpoint to create. Unknown fields are `400 invalid-request`.
+type NewWebhookEndpoint struct {
+	// Events The event types the endpoint receives: `["*"]` alone for every type,
+	// present and future, or one or more distinct types of `Event.type`.
+	Events WebhookEventTypes `json:"events"`
+
+	// Url Where the events are to be sent: an absolute `https` URL on a
+	// public address, at most 2048 bytes.
+	//
+	//
+	// Examples: https://merchant.example/hooks/payments
+	Url string `json:"url"`
+}
+
 // ProblemBody An RFC 9457 problem detail. Program against `status` and `code`; `title` and
 // `detail` are for people.
 type ProblemBody struct {
@@ -720,6 +812,65 @@ type Timestamp = time.Time
 // VoidCharge A void has no fields; the body, if any, is `{}`. Unknown fields are `400 invalid-request`.
 type VoidCharge = struct{}
 
+// WebhookEndpoint Where your merchant's events of the types in `events` are to be sent,
+// signed with the endpoint's secret.
+type WebhookEndpoint struct {
+	// CreatedAt RFC 3339 in UTC with microseconds.
+	//
+	// Examples: 2026-11-30T12:00:00.123456Z
+	CreatedAt Timestamp `json:"created_at"`
+
+	// Events The event types the endpoint receives: `["*"]` alone for every type,
+	// present and future, or one or more distinct types of `Event.type`.
+	Events WebhookEventTypes `json:"events"`
+
+	// Id A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+	//
+	// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
+	Id     WebhookEndpointId     `json:"id"`
+	Object WebhookEndpointObject `json:"object"`
+
+	// Secret Signs the deliveries: `whsec_` and 43 base64url characters, used
+	// whole as the HMAC key. Only in the answer that created the
+	// endpoint (and its replays); lists and reads leave it out.
+	Secret *string `json:"secret,omitempty"`
+
+	// Status `enabled` while it receives deliveries; `disabled` once its
+	// deliveries have failed for the whole retry period.
+	Status WebhookEndpointStatus `json:"status"`
+
+	// Url Where the events are sent.
+	Url string `json:"url"`
+}
+
+// WebhookEndpointObject defines model for WebhookEndpoint.Object.
+type WebhookEndpointObject string
+
+// WebhookEndpointStatus `enabled` while it receives deliveries; `disabled` once its
+// deliveries have failed for the whole retry period.
+type WebhookEndpointStatus string
+
+// WebhookEndpointId A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+//
+// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
+type WebhookEndpointId = string
+
+// WebhookEndpointList All of your merchant's endpoints, oldest first, without their secrets.
+type WebhookEndpointList struct {
+	Data []WebhookEndpoint `json:"data"`
+
+	// HasMore Always false; a merchant has at most 16 endpoints.
+	HasMore bool                      `json:"has_more"`
+	Object  WebhookEndpointListObject `json:"object"`
+}
+
+// WebhookEndpointListObject defines model for WebhookEndpointList.Object.
+type WebhookEndpointListObject string
+
+// WebhookEventTypes The event types the endpoint receives: `["*"]` alone for every type,
+// present and future, or one or more distinct types of `Event.type`.
+type WebhookEventTypes = []string
+
 // AccountIdPath An account id, `acct_` and 32 lowercase hexadecimal digits.
 //
 // Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
@@ -748,6 +899,11 @@ type RefundIdPath = RefundId
 
 // RequestId defines model for RequestId.
 type RequestId = string
+
+// WebhookEndpointIdPath A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+//
+// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
+type WebhookEndpointIdPath = WebhookEndpointId
 
 // BadPostRequest An RFC 9457 problem detail. Program against `status` and `code`; `title` and
 // `detail` are for people.
@@ -1066,6 +1222,64 @@ type ListEventsParams struct {
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
+// ListWebhookEndpointsParams defines parameters for ListWebhookEndpoints.
+type ListWebhookEndpointsParams struct {
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
+type CreateWebhookEndpointParams struct {
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// DeleteWebhookEndpointParams defines parameters for DeleteWebhookEndpoint.
+type DeleteWebhookEndpointParams struct {
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// GetWebhookEndpointParams defines parameters for GetWebhookEndpoint.
+type GetWebhookEndpointParams struct {
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
 // CreateAccountJSONRequestBody defines body for CreateAccount for application/json ContentType.
 type CreateAccountJSONRequestBody = NewAccount
 
@@ -1083,3 +1297,6 @@ type CreateRefundJSONRequestBody = NewRefund
 
 // VoidChargeJSONRequestBody defines body for VoidCharge for application/json ContentType.
 type VoidChargeJSONRequestBody = VoidCharge
+
+// CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
+type CreateWebhookEndpointJSONRequestBody = NewWebhookEndpoint

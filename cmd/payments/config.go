@@ -42,6 +42,9 @@ type config struct {
 	MigrateWait      time.Duration
 	AuthorizationTTL time.Duration
 	ExpiryInterval   time.Duration
+	// WebhookAllowPrivate lets webhook endpoints have http URLs and local
+	// addresses: development and tests only.
+	WebhookAllowPrivate bool
 }
 
 // setting is one configuration value: its variable, flag, default and parser.
@@ -127,6 +130,8 @@ func (c *config) settings() []setting {
 			durationInto(&c.RelayPoll)},
 		{"EVENT_RETENTION", "event-retention", "720h", "how long published events stay in the outbox (and the /v1/events feed)",
 			durationInto(&c.EventRetention)},
+		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", "webhook-allow-private-networks", "false", "allow webhook endpoints with http URLs and loopback, private or link-local addresses, for development and tests only: it lets API callers make the service send requests inside its network (logged at WARN at start)",
+			boolInto(&c.WebhookAllowPrivate)},
 		{"MIGRATE_WAIT", "migrate-wait", "60s", "how long migrate up waits for PostgreSQL to accept connections",
 			durationInto(&c.MigrateWait)},
 	}

@@ -45,13 +45,18 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn("database not reachable at start", "error", err)
 	}
 
+	if cfg.WebhookAllowPrivate {
+		log.Warn("webhook endpoints may be http URLs on local addresses", "setting", "WEBHOOK_ALLOW_PRIVATE_NETWORKS",
+			"note", "for development and tests only: API callers can make the service send requests inside its network")
+	}
 	d := &drain{delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout}
 	api := httpapi.New(backend{store, path, d}, log, httpapi.Options{
-		Spec:           payments.OpenAPI,
-		Docs:           true,
-		Front:          front,
-		Metrics:        m,
-		TrustedProxies: cfg.TrustedProxies,
+		Spec:                 payments.OpenAPI,
+		Docs:                 true,
+		Front:                front,
+		Metrics:              m,
+		TrustedProxies:       cfg.TrustedProxies,
+		AllowPrivateNetworks: cfg.WebhookAllowPrivate,
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
 	janitorMetrics(m, janitor)

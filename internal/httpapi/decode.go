@@ -127,17 +127,19 @@ func decodeBody(body []byte, dst any) ([]byte, error) {
 	return doc.Canonical, decodeDocument(doc.Value, dst)
 }
 
+// refuse is a refusal of the request body naming field.
+func refuse(field, format string, args ...any) error {
+	return &bodyError{field: field, detail: fmt.Sprintf(format, args...)}
+}
+
 // decodeDocument fills the struct dst points to from a parsed JSON object,
 // matching member names exactly to its fields' json tags (encoding/json would
 // match them case-insensitively, so {"amount":5,"Amount":6} would decode by
 // member order while the fingerprint ignores that order). It refuses unknown
 // members and wrong types with a detail that names the member; null leaves a
-// field as it is. dst's fields are strings, *string, *int64, *bool and
-// map[string]string, all the request bodies need.
+// field as it is. dst's fields are strings, *string, *int64, *bool,
+// map[string]string and []string, all the request bodies need.
 func decodeDocument(doc any, dst any) error {
-	refuse := func(field, format string, args ...any) error {
-		return &bodyError{field: field, detail: fmt.Sprintf(format, args...)}
-	}
 	members, isObject := doc.([]idempotency.Member)
 	switch {
 	case doc == nil:
@@ -160,52 +162,74 @@ func decodeDocument(doc any, dst any) error {
 		if m.Value == nil {
 			continue
 		}
-		f := v.Field(i)
-		switch f.Interface().(type) {
-		case string, *string:
-			s, ok := m.Value.(string)
-			if !ok {
-				return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
-			}
-			if f.Kind() == reflect.String {
-				f.SetString(s)
-			} else {
-				f.Set(reflect.ValueOf(&s))
-			}
-		case *int64:
-			n, ok := m.Value.(json.Number)
-			if !ok {
-				return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
-			}
-			i, err := strconv.ParseInt(string(n), 10, 64)
-			if err != nil {
-				return refuse(m.Name, "%s must be %s, got number %s", m.Name, describeType(f.Type()), n)
-			}
-			f.Set(reflect.ValueOf(&i))
-		case *bool:
-			b, ok := m.Value.(bool)
-			if !ok {
-				return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
-			}
-			f.Set(reflect.ValueOf(&b))
-		case map[string]string:
-			object, ok := m.Value.([]idempotency.Member)
-			if !ok {
-				return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
-			}
-			values := make(map[string]string, len(object))
-			for _, e := range object {
-				s, ok := e.Value.(string)
-				if !ok {
-					field := m.Name + "." + e.Name
-					return refuse(field, "%s must be a string, got %s", field, kindOf(e.Value))
-				}
-				values[e.Name] = s
-			}
-			f.Set(reflect.ValueOf(values))
-		default:
-			panic("httpapi: request field " + t.Field(i).Name + " has a type decodeDocument does not handle")
+		if err := decodeMember(v.Field(i), m); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// decodeMember sets f, a request field of one of decodeDocument's types, to
+// the member m's value, or refuses a value of another kind.
+func decodeMember(f reflect.Value, m idempotency.Member) error {
+	switch f.Interface().(type) {
+	case string, *string:
+		s, ok := m.Value.(string)
+		if !ok {
+			return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+		}
+		if f.Kind() == reflect.String {
+			f.SetString(s)
+		} else {
+			f.Set(reflect.ValueOf(&s))
+		}
+	case *int64:
+		n, ok := m.Value.(json.Number)
+		if !ok {
+			return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+		}
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil {
+			return refuse(m.Name, "%s must be %s, got number %s", m.Name, describeType(f.Type()), n)
+		}
+		f.Set(reflect.ValueOf(&i))
+	case *bool:
+		b, ok := m.Value.(bool)
+		if !ok {
+			return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+		}
+		f.Set(reflect.ValueOf(&b))
+	case map[string]string:
+		object, ok := m.Value.([]idempotency.Member)
+		if !ok {
+			return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+		}
+		values := make(map[string]string, len(object))
+		for _, e := range object {
+			s, ok := e.Value.(string)
+			if !ok {
+				field := m.Name + "." + e.Name
+				return refuse(field, "%s must be a string, got %s", field, kindOf(e.Value))
+			}
+			values[e.Name] = s
+		}
+		f.Set(reflect.ValueOf(values))
+	case []string:
+		list, ok := m.Value.([]any)
+		if !ok {
+			return refuse(m.Name, "%s must be %s, got %s", m.Name, describeType(f.Type()), kindOf(m.Value))
+		}
+		values := make([]string, len(list))
+		for j, e := range list {
+			s, ok := e.(string)
+			if !ok {
+				return refuse(m.Name, "%s[%d] must be a string, got %s", m.Name, j, kindOf(e))
+			}
+			values[j] = s
+		}
+		f.Set(reflect.ValueOf(values))
+	default:
+		panic("httpapi: request field " + m.Name + " has a type decodeDocument does not handle")
 	}
 	return nil
 }
@@ -252,6 +276,8 @@ func describeType(t reflect.Type) string {
 		return "a string"
 	case reflect.Map:
 		return "an object of string values"
+	case reflect.Slice:
+		return "a list of strings"
 	case reflect.Bool:
 		return "a boolean (true or false)"
 	default:

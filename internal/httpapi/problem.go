@@ -58,6 +58,8 @@ var (
 		"Only an authorized charge (created with capture: false, neither captured, voided nor expired) can be voided. charge_status says what the charge is now."}
 	probCaptureExceeds = problemType{"capture-exceeds-authorization", http.StatusUnprocessableEntity, "Capture exceeds authorization",
 		"A capture can take at most the authorized amount; nothing was captured."}
+	probTooManyWebhookEndpoints = problemType{"too-many-webhook-endpoints", http.StatusConflict, "Too many webhook endpoints",
+		"A merchant has at most 16 webhook endpoints. Delete one (DELETE /v1/webhook_endpoints/{id}) before creating another. This answer is stored: a retry with the same Idempotency-Key replays it; use a new key once there is room."}
 	probInternal = problemType{"internal-error", http.StatusInternalServerError, "Internal error",
 		"Something failed inside the service. Nothing was changed; retrying with the same Idempotency-Key is safe."}
 	probUnavailable = problemType{"service-unavailable", http.StatusServiceUnavailable, "Service unavailable",
@@ -70,7 +72,7 @@ var problemCatalogue = []problemType{
 	probKeyMissing, probKeyInvalid, probInvalidRequest, probUnauthorized, probInsufficientFunds,
 	probNotFound, probAccountNotFound, probMethodNotAllowed, probTooManyUnknownKeys, probKeyInUse, probTooLarge,
 	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
-	probNotCapturable, probNotVoidable, probCaptureExceeds, probInternal, probUnavailable, probShuttingDown,
+	probNotCapturable, probNotVoidable, probCaptureExceeds, probTooManyWebhookEndpoints, probInternal, probUnavailable, probShuttingDown,
 }
 
 // errorProblems maps domain errors to problem types: the one table that turns
@@ -93,6 +95,7 @@ var errorProblems = []struct {
 	{payment.ErrChargeNotCapturable, probNotCapturable},
 	{payment.ErrChargeNotVoidable, probNotVoidable},
 	{payment.ErrCaptureExceedsAuthorization, probCaptureExceeds},
+	{payment.ErrTooManyWebhookEndpoints, probTooManyWebhookEndpoints},
 	// Before ErrUnavailable: /readyz wraps its cause in ErrUnavailable too.
 	{payment.ErrShuttingDown, probShuttingDown},
 	{payment.ErrUnavailable, probUnavailable},

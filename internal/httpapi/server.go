@@ -42,6 +42,13 @@ type Backend interface {
 	// CreateCharge executes a charge at most once per (merchant, key), group
 	// committed with concurrent charges; see charging.Path.CreateCharge.
 	CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error)
+	// WebhookEndpoints, WebhookEndpoint and DeleteWebhookEndpoint list, read
+	// and delete a merchant's live webhook endpoints, never showing their
+	// secrets; another merchant's endpoint is payment.ErrNotFound. See
+	// postgres.Webhooks.
+	WebhookEndpoints(ctx context.Context, merchantID uuid.UUID) ([]payment.WebhookEndpoint, error)
+	WebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) (payment.WebhookEndpoint, error)
+	DeleteWebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) error
 	// Ready reports whether this process can serve: the database answers as
 	// a primary and the charge path makes progress; payment.ErrUnavailable
 	// says why not.
@@ -64,6 +71,10 @@ type Options struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
 	// (clientOf); none by default, and then the header is ignored.
 	TrustedProxies []netip.Prefix
+	// AllowPrivateNetworks lets webhook endpoints have http URLs and local
+	// addresses (WEBHOOK_ALLOW_PRIVATE_NETWORKS): for development and tests
+	// only, as it opens the service to server-side request forgery.
+	AllowPrivateNetworks bool
 }
 
 // Server routes and answers HTTP requests.

@@ -46,6 +46,7 @@ type setupOptions struct {
 	keyBudget      postgres.KeyBudget
 	trustedProxies []netip.Prefix
 	holdFor        time.Duration // CHARGE_AUTHORIZATION_TTL; zero: the default
+	allowPrivate   bool          // WEBHOOK_ALLOW_PRIVATE_NETWORKS, for tests whose endpoints are local
 }
 
 // setup starts the API on the package database (or opts.databaseURL) and
@@ -58,7 +59,8 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 		opt(&o)
 	}
 	api := testkit.StartAPI(t, o.databaseURL, testkit.APIOptions{MaxConns: 30, KeyWait: o.keyWait, CacheSize: o.cacheSize,
-		KeyBudget: o.keyBudget, TrustedProxies: o.trustedProxies, AuthorizationTTL: o.holdFor})
+		KeyBudget: o.keyBudget, TrustedProxies: o.trustedProxies, AuthorizationTTL: o.holdFor,
+		AllowPrivateNetworks: o.allowPrivate})
 	f := &fixture{t: t, url: api.URL, db: api.DB, store: api.Service, logs: api.Logs, front: api.Front, metrics: api.Metrics,
 		merchantID: api.MerchantID, apiKey: api.APIKey}
 	return f

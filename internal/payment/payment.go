@@ -184,6 +184,13 @@ type Ledger interface {
 	// Void releases an authorized charge's hold. It returns ErrNotFound for
 	// an unknown charge and a *ChargeStateError for one not authorized.
 	Void(ctx context.Context, merchantID, chargeID uuid.UUID) (Charge, error)
+
+	// CreateWebhookEndpoint records an endpoint that receives the merchant's
+	// events (url and events already checked: ValidateWebhookEvents, and the
+	// caller's URL guard) and returns it with its secret. It returns
+	// ErrTooManyWebhookEndpoints when the merchant already has
+	// MaxWebhookEndpoints.
+	CreateWebhookEndpoint(ctx context.Context, merchantID uuid.UUID, url string, events []string, secret string) (WebhookEndpoint, error)
 }
 
 // Reader looks objects up, always within one merchant: another merchant's object

@@ -168,6 +168,13 @@ func (l *ledger) Void(ctx context.Context, merchantID, chargeID uuid.UUID) (paym
 	return l.settle(ctx, merchantID, chargeID, payment.EventChargeVoided, payment.VoidCharge)
 }
 
+// CreateWebhookEndpoint records the endpoint on the key's transaction, with
+// the SQL the Webhooks role runs (webhooks.go): the merchant's row lock,
+// held to the commit, bounds the live endpoints however many keys race.
+func (l *ledger) CreateWebhookEndpoint(ctx context.Context, merchantID uuid.UUID, url string, events []string, secret string) (payment.WebhookEndpoint, error) {
+	return createEndpoint(ctx, l.q, merchantID, url, events, secret)
+}
+
 // settle ends an authorization's hold as decide says (a capture or a void),
 // with its event.
 func (l *ledger) settle(ctx context.Context, merchantID, chargeID uuid.UUID, eventType string,

@@ -45,34 +45,45 @@ WHERE merchant_id = $1 AND id = $2 AND deleted_at IS NULL`
 WHERE merchant_id = $1 AND id = $2 AND deleted_at IS NULL`
 )
 
-// CreateWebhookEndpoint records a new endpoint of the merchant and returns it
-// with its Secret, the only answer that carries it. It returns
-// payment.ErrNotFound for an unknown merchant, and
-// payment.ErrTooManyWebhookEndpoints when the merchant already has
-// payment.MaxWebhookEndpoints live endpoints.
+// CreateWebhookEndpoint records a new endpoint of the merchant in a
+// transaction of its own (the API creates one inside its idempotency key's
+// transaction instead: ledger.CreateWebhookEndpoint). Errors as for
+// createEndpoint.
 func (s *Webhooks) CreateWebhookEndpoint(ctx context.Context, merchantID uuid.UUID, url string, events []string, secret string) (payment.WebhookEndpoint, error) {
-	e := payment.WebhookEndpoint{ID: payment.NewID(), MerchantID: merchantID, URL: url, Events: events, Secret: secret}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, lockMerchantSQL, merchantID).Scan(); errors.Is(err, pgx.ErrNoRows) {
-			return payment.ErrNotFound
-		} else if err != nil {
-			return fmt.Errorf("lock merchant: %w", err)
-		}
-		var live int
-		if err := tx.QueryRow(ctx, countLiveEndpointsSQL, merchantID).Scan(&live); err != nil {
-			return fmt.Errorf("count webhook endpoints: %w", err)
-		}
-		if live >= payment.MaxWebhookEndpoints {
-			return fmt.Errorf("%w: the merchant has %d, the most allowed", payment.ErrTooManyWebhookEndpoints, live)
-		}
-		err := tx.QueryRow(ctx, insertEndpointSQL, merchantID, e.ID, url, events, secret).Scan(&e.Status, &e.CreatedAt)
-		if err != nil {
-			return fmt.Errorf("insert webhook endpoint: %w", err)
-		}
-		return nil
+	var e payment.WebhookEndpoint
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		e, err = createEndpoint(ctx, tx, merchantID, url, events, secret)
+		return err
 	})
 	if err != nil {
 		return payment.WebhookEndpoint{}, asUnavailable(err)
+	}
+	return e, nil
+}
+
+// createEndpoint records a new endpoint of the merchant on q, a transaction,
+// and returns it with its Secret, the only answer that carries it. It holds
+// the merchant's row lock until q ends, so two creations cannot both count
+// 15. It returns payment.ErrNotFound for an unknown merchant, and
+// payment.ErrTooManyWebhookEndpoints when the merchant already has
+// payment.MaxWebhookEndpoints live endpoints.
+func createEndpoint(ctx context.Context, q querier, merchantID uuid.UUID, url string, events []string, secret string) (payment.WebhookEndpoint, error) {
+	e := payment.WebhookEndpoint{ID: payment.NewID(), MerchantID: merchantID, URL: url, Events: events, Secret: secret}
+	if err := q.QueryRow(ctx, lockMerchantSQL, merchantID).Scan(); errors.Is(err, pgx.ErrNoRows) {
+		return payment.WebhookEndpoint{}, payment.ErrNotFound
+	} else if err != nil {
+		return payment.WebhookEndpoint{}, fmt.Errorf("lock merchant: %w", err)
+	}
+	var live int
+	if err := q.QueryRow(ctx, countLiveEndpointsSQL, merchantID).Scan(&live); err != nil {
+		return payment.WebhookEndpoint{}, fmt.Errorf("count webhook endpoints: %w", err)
+	}
+	if live >= payment.MaxWebhookEndpoints {
+		return payment.WebhookEndpoint{}, fmt.Errorf("%w: your merchant has %d, the most allowed; delete one first",
+			payment.ErrTooManyWebhookEndpoints, live)
+	}
+	if err := q.QueryRow(ctx, insertEndpointSQL, merchantID, e.ID, url, events, secret).Scan(&e.Status, &e.CreatedAt); err != nil {
+		return payment.WebhookEndpoint{}, fmt.Errorf("insert webhook endpoint: %w", err)
 	}
 	return e, nil
 }

@@ -36,6 +36,9 @@ type APIOptions struct {
 	TrustedProxies []netip.Prefix
 	// AuthorizationTTL is the charge path's (zero: its default).
 	AuthorizationTTL time.Duration
+	// AllowPrivateNetworks is the API's WEBHOOK_ALLOW_PRIVATE_NETWORKS: set
+	// it only in a test whose webhook endpoints are local receivers.
+	AllowPrivateNetworks bool
 }
 
 // API is the service in process, as cmd/payments serve wires it, on a
@@ -87,6 +90,7 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 	}
 	srv := httptest.NewServer(httpapi.New(svc, slog.New(slog.NewJSONHandler(a.Logs, nil)), httpapi.Options{
 		Spec: opts.Spec, Docs: opts.Docs, Front: a.Front, Metrics: a.Metrics, TrustedProxies: opts.TrustedProxies,
+		AllowPrivateNetworks: opts.AllowPrivateNetworks,
 	}))
 	t.Cleanup(srv.Close)
 	a.URL = srv.URL

@@ -1,0 +1,81 @@
+package clienttest_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/exactlyonce/payments/client"
+)
+
+// The four endpoint methods against the real service: a creation whose
+// answer is lost completes on the retry with the same secret, reads never
+// show it, and a deleted endpoint is not found.
+func TestWebhookEndpoints(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	lost := &loseFirst{next: http.DefaultTransport}
+	c := f.client(f.url, client.WithHTTPClient(&http.Client{Transport: lost}), client.WithRetryPolicy(fast))
+	in := client.NewWebhookEndpoint{Url: "https://93.184.215.14/hooks", Events: []string{"charge.succeeded", "charge.failed"}}
+	created, err := c.CreateWebhookEndpoint(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := created.Data
+	if !created.Replayed || created.Attempts != 2 || created.Location != "/v1/webhook_endpoints/"+e.Id {
+		t.Errorf("Replayed %v, Attempts %d, Location %q; want a replay on the 2nd attempt", created.Replayed, created.Attempts, created.Location)
+	}
+	if e.Secret == nil || len(*e.Secret) != len("whsec_")+43 || e.Status != client.WebhookEndpointStatusEnabled || e.Url != in.Url {
+		t.Errorf("created %+v", e)
+	}
+	if a := lost.all(); len(a) != 2 || a[0].key != a[1].key || a[0].key != created.IdempotencyKey {
+		t.Errorf("attempts %d, want 2 with the key %s", len(a), created.IdempotencyKey)
+	}
+	var rows int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1`, f.merchantID).Scan(&rows); err != nil || rows != 1 {
+		t.Errorf("%d endpoint rows (%v), want 1", rows, err)
+	}
+
+	c = f.client(f.url)
+	list, err := c.ListWebhookEndpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Data.Data) != 1 || list.Data.HasMore || list.Data.Data[0].Id != e.Id || list.Data.Data[0].Secret != nil {
+		t.Errorf("list %+v, want the endpoint without its secret", list.Data)
+	}
+	got, err := c.GetWebhookEndpoint(ctx, e.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Data.Id != e.Id || got.Data.Secret != nil || len(got.Data.Events) != 2 {
+		t.Errorf("get %+v, want the endpoint without its secret", got.Data)
+	}
+
+	deleted, err := c.DeleteWebhookEndpoint(ctx, e.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted.Data.Id != e.Id || !deleted.Data.Deleted || deleted.Data.Object != client.DeletedWebhookEndpointObjectWebhookEndpoint {
+		t.Errorf("delete %+v", deleted.Data)
+	}
+	var prob *client.Problem
+	if _, err := c.DeleteWebhookEndpoint(ctx, e.Id); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
+		t.Errorf("second delete: %v, want a not-found problem", err)
+	}
+	if _, err := c.GetWebhookEndpoint(ctx, e.Id); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
+		t.Errorf("get after delete: %v, want a not-found problem", err)
+	}
+}
+
+// A refused URL is a *Problem naming the field, and is not retried.
+func TestWebhookEndpointRefused(t *testing.T) {
+	f := setup(t)
+	c := f.client(f.url, client.WithRetryPolicy(fast))
+	res, err := c.CreateWebhookEndpoint(context.Background(), client.NewWebhookEndpoint{Url: "https://localhost/hooks", Events: []string{"*"}})
+	var prob *client.Problem
+	if !errors.As(err, &prob) || prob.Code != client.CodeInvalidRequest || prob.Field != "url" || res.Attempts != 1 {
+		t.Fatalf("%v (attempts %d), want one invalid-request on url", err, res.Attempts)
+	}
+}
