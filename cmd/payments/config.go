@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/exactlyonce/payments/internal/webhook"
 )
 
 // config is the service's configuration: environment variables, each
@@ -241,6 +243,8 @@ func (c config) check(name func(env string) string) error {
 		return fail("CHARGE_AUTHORIZATION_TTL", "%s is below %s: a hold would lapse before its client could capture it", c.AuthorizationTTL, minAuthorizationTTL)
 	case c.AuthorizationTTL > maxAuthorizationTTL:
 		return fail("CHARGE_AUTHORIZATION_TTL", "%s is above %s (31 days): no card network lets an authorization stand longer", c.AuthorizationTTL, maxAuthorizationTTL)
+	case c.EventRetention <= webhook.DefaultRetryFor:
+		return fail("EVENT_RETENTION", "%s is not above the %s webhook deliveries are retried for: an event could be pruned before its last delivery", c.EventRetention, webhook.DefaultRetryFor)
 	case c.ChargeBatches >= int(c.DBMaxConns):
 		return fail("CHARGE_BATCHES", "%d leaves no connection of DB_MAX_CONNS (%d) for other requests: each charge batch holds one; want fewer than DB_MAX_CONNS", c.ChargeBatches, c.DBMaxConns)
 	}

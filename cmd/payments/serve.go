@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/payments"
@@ -16,6 +17,7 @@ import (
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/webhook"
 )
 
 // maxHeaderBytes bounds a request's headers; net/http answers 431 past it.
@@ -62,11 +64,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	janitorMetrics(m, janitor)
 	stopJanitor := runBackground(ctx, janitor.Run)
 	defer stopJanitor()
-	expiry := charging.NewExpirySweep(store, log, cfg.ExpiryInterval, expiryBatch)
-	m.CounterFunc("payments_authorizations_expired_total", "Authorizations this process recorded as expired (the expiry sweep; one replica sweeps at a time).",
-		func() float64 { return float64(expiry.Expired()) })
-	stopExpiry := runBackground(ctx, expiry.Run)
-	defer stopExpiry()
+	stopSweeps := startSweeps(ctx, cfg, store, log, m)
+	defer stopSweeps()
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
@@ -191,3 +190,34 @@ func startRelay(ctx context.Context, cfg config, store *postgres.Store, log *slo
 // per transaction, which holds their accounts' locks: small enough that the
 // charges it makes wait are not noticed.
 const expiryBatch = 500
+
+// startSweeps starts the work serve does beside requests on every replica:
+// the expiry sweep of authorizations (one replica at a time) and the webhook
+// Deliverer (fan-out on one replica at a time, deliveries leased across all),
+// with their metrics. The returned func stops both and waits for them.
+func startSweeps(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (stop func()) {
+	expiry := charging.NewExpirySweep(store, log, cfg.ExpiryInterval, expiryBatch)
+	m.CounterFunc("payments_authorizations_expired_total", "Authorizations this process recorded as expired (the expiry sweep; one replica sweeps at a time).",
+		func() float64 { return float64(expiry.Expired()) })
+	stopExpiry := runBackground(ctx, expiry.Run)
+
+	deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate})
+	for outcome, n := range map[string]*atomic.Int64{
+		"delivered": &deliverer.Stats.Delivered, "failed": &deliverer.Stats.Failed, "abandoned": &deliverer.Stats.Abandoned,
+	} {
+		m.CounterFunc("payments_webhook_"+outcome+"_total", "Webhook delivery attempts of this process that "+webhookOutcomes[outcome]+".",
+			func() float64 { return float64(n.Load()) })
+	}
+	stopWebhooks := runBackground(ctx, deliverer.Run)
+	return func() {
+		stopWebhooks()
+		stopExpiry()
+	}
+}
+
+// webhookOutcomes says what each webhook counter counts.
+var webhookOutcomes = map[string]string{
+	"delivered": "were acknowledged with a 2xx",
+	"failed":    "failed (another status, a timeout, a refused connection) and will be retried",
+	"abandoned": "failed past the retry period, abandoning the delivery and disabling its endpoint",
+}

@@ -65,6 +65,10 @@ type Options struct {
 	RetryFor time.Duration
 }
 
+// DefaultRetryFor is how long a failing delivery is retried: 3 days, as
+// the payment providers merchants know do.
+const DefaultRetryFor = 72 * time.Hour
+
 func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
@@ -89,7 +93,7 @@ func (o Options) withDefaults() Options {
 		o.Backoff = DefaultBackoff.Wait
 	}
 	if o.RetryFor <= 0 {
-		o.RetryFor = 72 * time.Hour
+		o.RetryFor = DefaultRetryFor
 	}
 	return o
 }
