@@ -47,6 +47,9 @@ type config struct {
 	// WebhookAllowPrivate lets webhook endpoints have http URLs and local
 	// addresses: development and tests only.
 	WebhookAllowPrivate bool
+	// WebhookDelivery: serve delivers webhooks (every replica that does
+	// shares the work).
+	WebhookDelivery bool
 }
 
 // setting is one configuration value: its variable, flag, default and parser.
@@ -134,6 +137,8 @@ func (c *config) settings() []setting {
 			durationInto(&c.EventRetention)},
 		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", "webhook-allow-private-networks", "false", "allow webhook endpoints with http URLs and loopback, private or link-local addresses, for development and tests only: it lets API callers make the service send requests inside its network (logged at WARN at start)",
 			boolInto(&c.WebhookAllowPrivate)},
+		{"WEBHOOK_DELIVERY", "webhook-delivery", "true", "whether serve delivers webhooks to merchants' endpoints; the replicas that do share the work (one fans events out at a time, deliveries are leased)",
+			boolInto(&c.WebhookDelivery)},
 		{"MIGRATE_WAIT", "migrate-wait", "60s", "how long migrate up waits for PostgreSQL to accept connections",
 			durationInto(&c.MigrateWait)},
 	}

@@ -48,7 +48,9 @@ FROM generate_series(1, 40)`); err != nil {
 	}
 
 	env := envOf(map[string]string{"DATABASE_URL": dbURL, "HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0",
-		"METRICS_SAMPLE": "1h", "RELAY_ENABLED": "false", "JANITOR_INTERVAL": "1h", "SHUTDOWN_DELAY": "0"})
+		"METRICS_SAMPLE": "1h", "RELAY_ENABLED": "false", "JANITOR_INTERVAL": "1h", "SHUTDOWN_DELAY": "0",
+		// The other background work that takes pool connections, quiet too.
+		"CHARGE_EXPIRY_INTERVAL": "1h", "WEBHOOK_DELIVERY": "false"})
 	logs := &testkit.LogBuffer{}
 	serveCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

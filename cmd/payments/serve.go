@@ -192,23 +192,26 @@ func startRelay(ctx context.Context, cfg config, store *postgres.Store, log *slo
 const expiryBatch = 500
 
 // startSweeps starts the work serve does beside requests on every replica:
-// the expiry sweep of authorizations (one replica at a time) and the webhook
-// Deliverer (fan-out on one replica at a time, deliveries leased across all),
-// with their metrics. The returned func stops both and waits for them.
+// the expiry sweep of authorizations (one replica at a time) and, unless
+// WEBHOOK_DELIVERY is false, the webhook Deliverer (fan-out on one replica at
+// a time, deliveries leased across all), with their metrics. The returned func stops both and waits for them.
 func startSweeps(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (stop func()) {
 	expiry := charging.NewExpirySweep(store, log, cfg.ExpiryInterval, expiryBatch)
 	m.CounterFunc("payments_authorizations_expired_total", "Authorizations this process recorded as expired (the expiry sweep; one replica sweeps at a time).",
 		func() float64 { return float64(expiry.Expired()) })
 	stopExpiry := runBackground(ctx, expiry.Run)
 
-	deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate})
-	for outcome, n := range map[string]*atomic.Int64{
-		"delivered": &deliverer.Stats.Delivered, "failed": &deliverer.Stats.Failed, "abandoned": &deliverer.Stats.Abandoned,
-	} {
-		m.CounterFunc("payments_webhook_"+outcome+"_total", "Webhook delivery attempts of this process that "+webhookOutcomes[outcome]+".",
-			func() float64 { return float64(n.Load()) })
+	stopWebhooks := func() {}
+	if cfg.WebhookDelivery {
+		deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate})
+		for outcome, n := range map[string]*atomic.Int64{
+			"delivered": &deliverer.Stats.Delivered, "failed": &deliverer.Stats.Failed, "abandoned": &deliverer.Stats.Abandoned,
+		} {
+			m.CounterFunc("payments_webhook_"+outcome+"_total", "Webhook delivery attempts of this process that "+webhookOutcomes[outcome]+".",
+				func() float64 { return float64(n.Load()) })
+		}
+		stopWebhooks = runBackground(ctx, deliverer.Run)
 	}
-	stopWebhooks := runBackground(ctx, deliverer.Run)
 	return func() {
 		stopWebhooks()
 		stopExpiry()
