@@ -240,6 +240,56 @@ func (c *Client) DeleteWebhookEndpoint(ctx context.Context, id WebhookEndpointId
 	return res, do(ctx, c, http.MethodDelete, "/v1/webhook_endpoints/"+url.PathEscape(id), "", nil, res)
 }
 
+// ListWebhookAttempts reads one page of the record of an endpoint's
+// delivery attempts, newest first. Continue with StartingAfter set to the
+// last attempt's id while HasMore is true, or use WebhookAttempts. A deleted
+// or unknown endpoint is a *Problem with Code CodeNotFound; other errors as
+// for GetAccount.
+func (c *Client) ListWebhookAttempts(ctx context.Context, endpointID WebhookEndpointId, p ListWebhookAttemptsParams) (*Result[WebhookAttemptList], error) {
+	q := url.Values{}
+	setQuery(q, "starting_after", p.StartingAfter)
+	if p.Limit != nil {
+		q.Set("limit", strconv.Itoa(*p.Limit))
+	}
+	return get[WebhookAttemptList](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(endpointID)+"/attempts", q)
+}
+
+// WebhookAttempts iterates over every attempt that ListWebhookAttempts would
+// page through from p, fetching the pages as it goes. It stops at the first
+// error, which it yields with a zero WebhookAttempt.
+func (c *Client) WebhookAttempts(ctx context.Context, endpointID WebhookEndpointId, p ListWebhookAttemptsParams) iter.Seq2[WebhookAttempt, error] {
+	return func(yield func(WebhookAttempt, error) bool) {
+		for {
+			res, err := c.ListWebhookAttempts(ctx, endpointID, p)
+			if err != nil {
+				yield(WebhookAttempt{}, err)
+				return
+			}
+			for _, a := range res.Data.Data {
+				if !yield(a, nil) {
+					return
+				}
+			}
+			if !res.Data.HasMore || len(res.Data.Data) == 0 {
+				return
+			}
+			last := res.Data.Data[len(res.Data.Data)-1].Id
+			p.StartingAfter = &last
+		}
+	}
+}
+
+// ResendWebhookEvent schedules an event for delivery to an endpoint again,
+// due now (POST /v1/webhook_endpoints/{id}/events/{event_id}/resend); it is
+// sent with the same event id and a fresh signature. Refusals are a
+// *Problem: CodeNotFound for an unknown endpoint, an unknown event or one
+// the endpoint does not subscribe to, CodeInvalidRequest for a disabled
+// endpoint; a *RetryError says it gave up retrying.
+func (c *Client) ResendWebhookEvent(ctx context.Context, endpointID WebhookEndpointId, eventID EventId, opts ...CallOption) (*Result[WebhookDelivery], error) {
+	return post[WebhookDelivery](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(endpointID)+"/events/"+url.PathEscape(eventID)+"/resend",
+		ResendWebhookEvent{}, opts)
+}
+
 func setQuery(q url.Values, name string, v *string) {
 	if v != nil {
 		q.Set(name, *v)

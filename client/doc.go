@@ -18,7 +18,10 @@
 // Every method takes a context.Context and returns a *Result whose Data is
 // the decoded answer: CreateAccount, GetAccount, Deposit, GetDeposit,
 // CreateCharge, GetCharge, ListCharges (and Charges, which pages for you),
-// Capture, Void, CreateRefund, GetRefund and ListEvents. The request and
+// Capture, Void, CreateRefund, GetRefund, ListEvents, and for webhook
+// endpoints CreateWebhookEndpoint, ListWebhookEndpoints, GetWebhookEndpoint,
+// DeleteWebhookEndpoint, ListWebhookAttempts (and WebhookAttempts, which
+// pages for you) and ResendWebhookEvent. The request and
 // response types (NewCharge, Charge, ...) are generated from the service's
 // openapi.yaml, so their fields are the API's.
 //
@@ -138,8 +141,8 @@
 // authorizations existed lacks amount_captured, expires_at and available: a
 // Charge decoded from one has AmountCaptured 0 and ExpiresAt nil (read its
 // AmountCaptured as Amount if it succeeded), an Account has Available 0
-// (read it as Balance). VoidCharge, an object with no fields, is struct{}
-// (overlay.yaml).
+// (read it as Balance). VoidCharge and ResendWebhookEvent, objects with no
+// fields, are struct{} (overlay.yaml).
 //
 // # The module
 //
