@@ -153,8 +153,9 @@
 // tested with go1.23.0 and go1.26; go1.22 does not build it). The tests that
 // need the service are in the server's module (internal/clienttest).
 //
-// Layout: client.go (the methods and the retry loop), retry.go (backoff and
-// what is retryable), errors.go (Problem), event.go (EventData),
+// Layout: client.go (the methods and the retry loop), endpoints.go (the
+// webhook endpoints' methods), retry.go (backoff and what is retryable),
+// errors.go (Problem), event.go (EventData),
 // webhook.go (VerifyWebhook, with the standard library's crypto/hmac: a
 // receiver of webhooks needs nothing but this module), types.gen.go
 // (generated).
