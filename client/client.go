@@ -206,40 +206,6 @@ func (c *Client) ListEvents(ctx context.Context, p ListEventsParams) (*Result[Ev
 	return get[EventList](ctx, c, "/v1/events", q)
 }
 
-// CreateWebhookEndpoint records an endpoint that is to receive the
-// merchant's events (POST /v1/webhook_endpoints); the answer's Secret, which
-// signs the deliveries, is shown by this call only (and by its replays): keep
-// it. Refusals are a *Problem: CodeInvalidRequest with Field "url" (not
-// https, or not a public address) or "events", and
-// CodeTooManyWebhookEndpoints past 16; a *RetryError says it gave up
-// retrying.
-func (c *Client) CreateWebhookEndpoint(ctx context.Context, in NewWebhookEndpoint, opts ...CallOption) (*Result[WebhookEndpoint], error) {
-	return post[WebhookEndpoint](ctx, c, "/v1/webhook_endpoints", in, opts)
-}
-
-// ListWebhookEndpoints reads all of the merchant's endpoints (at most 16, one
-// page), oldest first, without their secrets. Errors as for GetAccount.
-func (c *Client) ListWebhookEndpoints(ctx context.Context) (*Result[WebhookEndpointList], error) {
-	return get[WebhookEndpointList](ctx, c, "/v1/webhook_endpoints", nil)
-}
-
-// GetWebhookEndpoint reads one endpoint, without its secret. Errors as for
-// GetAccount.
-func (c *Client) GetWebhookEndpoint(ctx context.Context, id WebhookEndpointId) (*Result[WebhookEndpoint], error) {
-	return get[WebhookEndpoint](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(id), nil)
-}
-
-// DeleteWebhookEndpoint deletes an endpoint (DELETE
-// /v1/webhook_endpoints/{id}). It sends no Idempotency-Key: deleting twice
-// deletes once, and an unknown or already deleted endpoint is a *Problem
-// with Code CodeNotFound. After a lost answer it retries like a read, so a
-// CodeNotFound with Result.Attempts above 1 most likely means an earlier
-// attempt deleted it.
-func (c *Client) DeleteWebhookEndpoint(ctx context.Context, id WebhookEndpointId) (*Result[DeletedWebhookEndpoint], error) {
-	res := &Result[DeletedWebhookEndpoint]{}
-	return res, do(ctx, c, http.MethodDelete, "/v1/webhook_endpoints/"+url.PathEscape(id), "", nil, res)
-}
-
 func setQuery(q url.Values, name string, v *string) {
 	if v != nil {
 		q.Set(name, *v)

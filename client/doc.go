@@ -18,7 +18,10 @@
 // Every method takes a context.Context and returns a *Result whose Data is
 // the decoded answer: CreateAccount, GetAccount, Deposit, GetDeposit,
 // CreateCharge, GetCharge, ListCharges (and Charges, which pages for you),
-// Capture, Void, CreateRefund, GetRefund and ListEvents. The request and
+// Capture, Void, CreateRefund, GetRefund, ListEvents, and for webhook
+// endpoints CreateWebhookEndpoint, ListWebhookEndpoints, GetWebhookEndpoint,
+// DeleteWebhookEndpoint, ListWebhookAttempts (and WebhookAttempts, which
+// pages for you) and ResendWebhookEvent. The request and
 // response types (NewCharge, Charge, ...) are generated from the service's
 // openapi.yaml, so their fields are the API's.
 //
@@ -138,8 +141,8 @@
 // authorizations existed lacks amount_captured, expires_at and available: a
 // Charge decoded from one has AmountCaptured 0 and ExpiresAt nil (read its
 // AmountCaptured as Amount if it succeeded), an Account has Available 0
-// (read it as Balance). VoidCharge, an object with no fields, is struct{}
-// (overlay.yaml).
+// (read it as Balance). VoidCharge and ResendWebhookEvent, objects with no
+// fields, are struct{} (overlay.yaml).
 //
 // # The module
 //
@@ -150,8 +153,9 @@
 // tested with go1.23.0 and go1.26; go1.22 does not build it). The tests that
 // need the service are in the server's module (internal/clienttest).
 //
-// Layout: client.go (the methods and the retry loop), retry.go (backoff and
-// what is retryable), errors.go (Problem), event.go (EventData),
+// Layout: client.go (the methods and the retry loop), endpoints.go (the
+// webhook endpoints' methods), retry.go (backoff and what is retryable),
+// errors.go (Problem), event.go (EventData),
 // webhook.go (VerifyWebhook, with the standard library's crypto/hmac: a
 // receiver of webhooks needs nothing but this module), types.gen.go
 // (generated).

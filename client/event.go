@@ -21,8 +21,8 @@ type EventData struct {
 	raw json.RawMessage
 }
 
-// Discriminator is the kind of the object: "account", "deposit", "charge"
-// or "refund".
+// Discriminator is the kind of the object: "account", "deposit", "charge",
+// "refund" or "webhook_endpoint".
 func (d EventData) Discriminator() (string, error) {
 	var o struct {
 		Object string `json:"object"`
@@ -45,8 +45,12 @@ func (d EventData) AsCharge() (Charge, error) { return decodeAs[Charge](d) }
 // AsRefund decodes the data as a Refund.
 func (d EventData) AsRefund() (Refund, error) { return decodeAs[Refund](d) }
 
+// AsWebhookEndpoint decodes the data as a WebhookEndpoint (the data of
+// webhook_endpoint.disabled).
+func (d EventData) AsWebhookEndpoint() (WebhookEndpoint, error) { return decodeAs[WebhookEndpoint](d) }
+
 // ValueByDiscriminator decodes the data as the kind its Discriminator
-// names: an Account, a Deposit, a Charge or a Refund.
+// names: an Account, a Deposit, a Charge, a Refund or a WebhookEndpoint.
 func (d EventData) ValueByDiscriminator() (any, error) {
 	kind, err := d.Discriminator()
 	if err != nil {
@@ -61,6 +65,8 @@ func (d EventData) ValueByDiscriminator() (any, error) {
 		return d.AsCharge()
 	case "refund":
 		return d.AsRefund()
+	case "webhook_endpoint":
+		return d.AsWebhookEndpoint()
 	default:
 		return nil, fmt.Errorf("event data: unknown object %q", kind)
 	}

@@ -147,15 +147,16 @@ func (e EventObject) Valid() bool {
 
 // Defines values for EventType.
 const (
-	EventTypeAccountCreated   EventType = "account.created"
-	EventTypeChargeAuthorized EventType = "charge.authorized"
-	EventTypeChargeCaptured   EventType = "charge.captured"
-	EventTypeChargeExpired    EventType = "charge.expired"
-	EventTypeChargeFailed     EventType = "charge.failed"
-	EventTypeChargeSucceeded  EventType = "charge.succeeded"
-	EventTypeChargeVoided     EventType = "charge.voided"
-	EventTypeDepositCreated   EventType = "deposit.created"
-	EventTypeRefundCreated    EventType = "refund.created"
+	EventTypeAccountCreated          EventType = "account.created"
+	EventTypeChargeAuthorized        EventType = "charge.authorized"
+	EventTypeChargeCaptured          EventType = "charge.captured"
+	EventTypeChargeExpired           EventType = "charge.expired"
+	EventTypeChargeFailed            EventType = "charge.failed"
+	EventTypeChargeSucceeded         EventType = "charge.succeeded"
+	EventTypeChargeVoided            EventType = "charge.voided"
+	EventTypeDepositCreated          EventType = "deposit.created"
+	EventTypeRefundCreated           EventType = "refund.created"
+	EventTypeWebhookEndpointDisabled EventType = "webhook_endpoint.disabled"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -178,6 +179,8 @@ func (e EventType) Valid() bool {
 	case EventTypeDepositCreated:
 		return true
 	case EventTypeRefundCreated:
+		return true
+	case EventTypeWebhookEndpointDisabled:
 		return true
 	default:
 		return false
@@ -208,6 +211,66 @@ const (
 func (e RefundObject) Valid() bool {
 	switch e {
 	case RefundObjectRefund:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookAttemptObject.
+const (
+	WebhookAttemptObjectWebhookAttempt WebhookAttemptObject = "webhook_attempt"
+)
+
+// Valid indicates whether the value is a known member of the WebhookAttemptObject enum.
+func (e WebhookAttemptObject) Valid() bool {
+	switch e {
+	case WebhookAttemptObjectWebhookAttempt:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookAttemptListObject.
+const (
+	WebhookAttemptListObjectList WebhookAttemptListObject = "list"
+)
+
+// Valid indicates whether the value is a known member of the WebhookAttemptListObject enum.
+func (e WebhookAttemptListObject) Valid() bool {
+	switch e {
+	case WebhookAttemptListObjectList:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookDeliveryObject.
+const (
+	WebhookDeliveryObjectWebhookDelivery WebhookDeliveryObject = "webhook_delivery"
+)
+
+// Valid indicates whether the value is a known member of the WebhookDeliveryObject enum.
+func (e WebhookDeliveryObject) Valid() bool {
+	switch e {
+	case WebhookDeliveryObjectWebhookDelivery:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookDeliveryState.
+const (
+	WebhookDeliveryStatePending WebhookDeliveryState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the WebhookDeliveryState enum.
+func (e WebhookDeliveryState) Valid() bool {
+	switch e {
+	case WebhookDeliveryStatePending:
 		return true
 	default:
 		return false
@@ -540,7 +603,9 @@ type Event struct {
 	// lapsed at its `expires_at`; this event is written by the service
 	// shortly after, reads have shown the charge `expired` from
 	// `expires_at` on. The `data` of every `charge.*` event is the charge
-	// as of that change.
+	// as of that change. `webhook_endpoint.disabled`: an endpoint was
+	// disabled after its deliveries failed for the whole retry period;
+	// `data` is the endpoint (`status` `disabled`, no secret).
 	Type EventType `json:"type"`
 }
 
@@ -556,7 +621,9 @@ type EventObject string
 // lapsed at its `expires_at`; this event is written by the service
 // shortly after, reads have shown the charge `expired` from
 // `expires_at` on. The `data` of every `charge.*` event is the charge
-// as of that change.
+// as of that change. `webhook_endpoint.disabled`: an endpoint was
+// disabled after its deliveries failed for the whole retry period;
+// `data` is the endpoint (`status` `disabled`, no secret).
 type EventType string
 
 // EventId An event id, `evt_` and 32 lowercase hexadecimal digits.
@@ -804,6 +871,9 @@ type RefundObject string
 // Examples: re_4f9ad5409b73a6fe611d283e02edf737
 type RefundId = string
 
+// ResendWebhookEvent A resend has no fields; the body, if any, is `{}`. Unknown fields are `400 invalid-request`.
+type ResendWebhookEvent = struct{}
+
 // Timestamp RFC 3339 in UTC with microseconds.
 //
 // Examples: 2026-11-30T12:00:00.123456Z
@@ -811,6 +881,84 @@ type Timestamp = time.Time
 
 // VoidCharge A void has no fields; the body, if any, is `{}`. Unknown fields are `400 invalid-request`.
 type VoidCharge = struct{}
+
+// WebhookAttempt One attempt to deliver an event to an endpoint: a `status` when the
+// endpoint answered (a 2xx delivered the event), or an `error` when it
+// did not; never both.
+type WebhookAttempt struct {
+	// AttemptedAt RFC 3339 in UTC with microseconds.
+	//
+	// Examples: 2026-11-30T12:00:00.123456Z
+	AttemptedAt Timestamp `json:"attempted_at"`
+
+	// EndpointId A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+	//
+	// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
+	EndpointId WebhookEndpointId `json:"endpoint_id"`
+
+	// Error Why there was no answer (refused, timed out, ...); null when there was one.
+	Error *string `json:"error"`
+
+	// EventId An event id, `evt_` and 32 lowercase hexadecimal digits.
+	//
+	// Examples: evt_93ad7d7cb96b0fb2d699199a77507661
+	EventId EventId `json:"event_id"`
+
+	// Id A webhook delivery attempt's id, `wha_` and 32 lowercase hexadecimal digits.
+	//
+	// Examples: wha_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b
+	Id WebhookAttemptId `json:"id"`
+
+	// LatencyMs Milliseconds from the start of the `POST` to its answer or its failure.
+	LatencyMs int                  `json:"latency_ms"`
+	Object    WebhookAttemptObject `json:"object"`
+
+	// Status The answer's HTTP status; null when there was none.
+	Status *int `json:"status"`
+}
+
+// WebhookAttemptObject defines model for WebhookAttempt.Object.
+type WebhookAttemptObject string
+
+// WebhookAttemptId A webhook delivery attempt's id, `wha_` and 32 lowercase hexadecimal digits.
+//
+// Examples: wha_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b
+type WebhookAttemptId = string
+
+// WebhookAttemptList A page of an endpoint's attempts, newest first.
+type WebhookAttemptList struct {
+	Data []WebhookAttempt `json:"data"`
+
+	// HasMore Whether more attempts follow; pass the last id as `starting_after` to get them.
+	HasMore bool                     `json:"has_more"`
+	Object  WebhookAttemptListObject `json:"object"`
+}
+
+// WebhookAttemptListObject defines model for WebhookAttemptList.Object.
+type WebhookAttemptListObject string
+
+// WebhookDelivery An event scheduled for delivery to an endpoint.
+type WebhookDelivery struct {
+	// EndpointId A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+	//
+	// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
+	EndpointId WebhookEndpointId `json:"endpoint_id"`
+
+	// EventId An event id, `evt_` and 32 lowercase hexadecimal digits.
+	//
+	// Examples: evt_93ad7d7cb96b0fb2d699199a77507661
+	EventId EventId               `json:"event_id"`
+	Object  WebhookDeliveryObject `json:"object"`
+
+	// State `pending`: due now, and retried until delivered.
+	State WebhookDeliveryState `json:"state"`
+}
+
+// WebhookDeliveryObject defines model for WebhookDelivery.Object.
+type WebhookDeliveryObject string
+
+// WebhookDeliveryState `pending`: due now, and retried until delivered.
+type WebhookDeliveryState string
 
 // WebhookEndpoint Where your merchant's events of the types in `events` are to be sent,
 // signed with the endpoint's secret.
@@ -1280,6 +1428,56 @@ type GetWebhookEndpointParams struct {
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
+// ListWebhookAttemptsParams defines parameters for ListWebhookAttempts.
+type ListWebhookAttemptsParams struct {
+	// Limit How many objects a page holds at most, 1 to 100. Out of range is `400 invalid-request`.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// StartingAfter A cursor: the id of the last attempt of the previous page. The
+	// page starts with the attempt before it. An id that is not one of
+	// the endpoint's attempts is `400 invalid-request`.
+	StartingAfter *WebhookAttemptId `form:"starting_after,omitempty" json:"starting_after,omitempty"`
+
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// ResendWebhookEventParams defines parameters for ResendWebhookEvent.
+type ResendWebhookEventParams struct {
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
 // CreateAccountJSONRequestBody defines body for CreateAccount for application/json ContentType.
 type CreateAccountJSONRequestBody = NewAccount
 
@@ -1300,3 +1498,6 @@ type VoidChargeJSONRequestBody = VoidCharge
 
 // CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
 type CreateWebhookEndpointJSONRequestBody = NewWebhookEndpoint
+
+// ResendWebhookEventJSONRequestBody defines body for ResendWebhookEvent for application/json ContentType.
+type ResendWebhookEventJSONRequestBody = ResendWebhookEvent

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/exactlyonce/payments/client"
@@ -77,5 +79,62 @@ func TestWebhookEndpointRefused(t *testing.T) {
 	var prob *client.Problem
 	if !errors.As(err, &prob) || prob.Code != client.CodeInvalidRequest || prob.Field != "url" || res.Attempts != 1 {
 		t.Fatalf("%v (attempts %d), want one invalid-request on url", err, res.Attempts)
+	}
+}
+
+// The attempts list pages through the client's iterator, newest first; a
+// resend answers the pending delivery; an event that is not the
+// merchant's is not found.
+func TestWebhookAttemptsAndResend(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	c := f.client(f.url)
+	e, err := c.CreateWebhookEndpoint(ctx, client.NewWebhookEndpoint{Url: "https://93.184.215.14/hooks", Events: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.fundedAccount(0)
+	f.waitForEvents(c, map[client.EventType]int{client.EventTypeAccountCreated: 1})
+	events, err := c.ListEvents(ctx, client.ListEventsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := events.Data.Data[0].Id
+	// Three recorded attempts, a second apart: 500, an error, 200.
+	if _, err := f.db.Exec(ctx, `
+INSERT INTO webhook_attempts (merchant_id, endpoint_id, id, event_id, attempted_at, status, error, latency_ms)
+SELECT w.merchant_id, w.id, gen_random_uuid(), ev.id, now() - make_interval(secs => 3 - n), s, er, 7
+FROM webhook_endpoints w, events ev,
+     (VALUES (0, 500, NULL), (1, NULL, 'connection refused'), (2, 200, NULL)) AS a(n, s, er)
+WHERE w.merchant_id = $1 AND ev.merchant_id = $1 AND ev.type = 'account.created'`, f.merchantID); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for a, err := range c.WebhookAttempts(ctx, e.Data.Id, client.ListWebhookAttemptsParams{Limit: &[]int{2}[0]}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case a.Status != nil:
+			got = append(got, strconv.Itoa(*a.Status))
+		case a.Error != nil:
+			got = append(got, *a.Error)
+		}
+	}
+	if want := []string{"200", "connection refused", "500"}; !slices.Equal(got, want) {
+		t.Errorf("attempts %v, want %v", got, want)
+	}
+
+	res, err := c.ResendWebhookEvent(ctx, e.Data.Id, event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Data; d.State != client.WebhookDeliveryStatePending || d.EventId != event || d.EndpointId != e.Data.Id ||
+		d.Object != client.WebhookDeliveryObjectWebhookDelivery {
+		t.Errorf("resend %+v", d)
+	}
+	var prob *client.Problem
+	if _, err := c.ResendWebhookEvent(ctx, e.Data.Id, "evt_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b"); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
+		t.Errorf("resend of an unknown event: %v, want a not-found problem", err)
 	}
 }

@@ -160,8 +160,10 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) error {
 		slog.String("event_id", payment.FormatID(payment.PrefixEvent, effect.EventID)),
 		slog.String("subject", msg.Subject()),
 		slog.String("merchant_id", effect.MerchantID.String()),
-		slog.String("account_id", payment.FormatID(payment.PrefixAccount, effect.AccountID)),
 		slog.Int64("delta", effect.Delta),
+	}
+	if effect.AccountID != uuid.Nil {
+		attrs = append(attrs, slog.String("account_id", payment.FormatID(payment.PrefixAccount, effect.AccountID)))
 	}
 	if applied {
 		c.Stats.Applied.Add(1)
@@ -177,7 +179,9 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) error {
 // balance: + for deposits and refunds, − for a charge captured at once
 // (charge.succeeded) or later (charge.captured: its amount_captured),
 // nothing (but counted) for an account's creation, a failed charge and an
-// authorization's hold, void or expiry (a hold is not a debit).
+// authorization's hold, void or expiry (a hold is not a debit). An event
+// about no account (webhook_endpoint.disabled) has no AccountID; every other
+// must name one.
 func Effect(merchant string, body []byte) (BalanceEffect, error) {
 	var e struct {
 		ID   string `json:"id"`
@@ -214,6 +218,9 @@ func Effect(merchant string, body []byte) (BalanceEffect, error) {
 		effect.Delta = -e.Data.AmountCaptured
 	case payment.EventChargeFailed, payment.EventChargeAuthorized, payment.EventChargeVoided, payment.EventChargeExpired:
 		// No money moved: a hold is not a debit.
+	case payment.EventWebhookEndpointDisabled:
+		// About no account: recorded in the inbox, and no balance touched.
+		return effect, nil
 	default:
 		return BalanceEffect{}, fmt.Errorf("unknown event type %q", e.Type)
 	}

@@ -26,8 +26,11 @@ func NewInbox(pool *pgxpool.Pool) *Inbox { return &Inbox{pool: pool} }
 type BalanceEffect struct {
 	MerchantID uuid.UUID
 	EventID    uuid.UUID
-	AccountID  uuid.UUID
-	Delta      int64
+	// AccountID is the account whose balance the event is about, or
+	// uuid.Nil for an event about none (webhook_endpoint.disabled): that
+	// one is recorded in the inbox and projects nothing.
+	AccountID uuid.UUID
+	Delta     int64
 }
 
 const (
@@ -55,8 +58,10 @@ func (in *Inbox) ApplyOnce(ctx context.Context, consumer string, e BalanceEffect
 		if tag.RowsAffected() == 0 {
 			return nil // seen before
 		}
-		if _, err := tx.Exec(ctx, projectBalanceSQL, e.MerchantID, e.AccountID, e.Delta); err != nil {
-			return fmt.Errorf("project balance: %w", err)
+		if e.AccountID != uuid.Nil { // uuid.Nil: about no account
+			if _, err := tx.Exec(ctx, projectBalanceSQL, e.MerchantID, e.AccountID, e.Delta); err != nil {
+				return fmt.Errorf("project balance: %w", err)
+			}
 		}
 		applied = true
 		return nil

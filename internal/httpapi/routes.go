@@ -44,6 +44,8 @@ var v1Routes = []route{
 	{http.MethodGet, "/webhook_endpoints", nil, (*Server).listWebhookEndpoints},
 	{http.MethodGet, "/webhook_endpoints/{id}", nil, (*Server).getWebhookEndpoint},
 	{http.MethodDelete, "/webhook_endpoints/{id}", nil, (*Server).deleteWebhookEndpoint},
+	{http.MethodGet, "/webhook_endpoints/{id}/attempts", listParams, (*Server).listWebhookAttempts},
+	{http.MethodPost, "/webhook_endpoints/{id}/events/{eventID}/resend", nil, (*Server).resendWebhookEvent},
 }
 
 // openRoutes are the operations for operators and browsers, which need no key.

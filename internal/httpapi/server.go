@@ -49,6 +49,9 @@ type Backend interface {
 	WebhookEndpoints(ctx context.Context, merchantID uuid.UUID) ([]payment.WebhookEndpoint, error)
 	WebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) (payment.WebhookEndpoint, error)
 	DeleteWebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) error
+	// WebhookAttempts pages the record of a live endpoint's delivery
+	// attempts, newest first; see postgres.Webhooks.WebhookAttempts.
+	WebhookAttempts(ctx context.Context, merchantID, endpointID uuid.UUID, q payment.AttemptQuery) (payment.Page[payment.RecordedAttempt], error)
 	// Ready reports whether this process can serve: the database answers as
 	// a primary and the charge path makes progress; payment.ErrUnavailable
 	// says why not.

@@ -97,3 +97,38 @@ func (s *Server) deleteWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 	s.answer(w, r, nameMissing(err, "webhook endpoint", chi.URLParam(r, "id")),
 		deletedObject{ID: payment.FormatID(payment.PrefixWebhookEndpoint, id), Object: "webhook_endpoint", Deleted: true})
 }
+
+// listWebhookAttempts pages the record of an endpoint's delivery attempts
+// (GET /v1/webhook_endpoints/{id}/attempts), newest first. A deleted
+// endpoint's are 404, as the endpoint is.
+func (s *Server) listWebhookAttempts(w http.ResponseWriter, r *http.Request) {
+	q, err := parseListQuery(r, payment.PrefixWebhookAttempt)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id := pathID(r, "id", payment.PrefixWebhookEndpoint)
+	page, err := s.backend.WebhookAttempts(r.Context(), merchantFrom(r.Context()), id,
+		payment.AttemptQuery{Limit: q.limit, StartingAfter: q.startingAfter})
+	s.answer(w, r, nameMissing(err, "webhook endpoint", chi.URLParam(r, "id")), page)
+}
+
+// resendWebhookEvent schedules an event for delivery to an endpoint again
+// (POST /v1/webhook_endpoints/{id}/events/{eventID}/resend): 202, stored
+// and replayed under the key like every POST's answer.
+func (s *Server) resendWebhookEvent(w http.ResponseWriter, r *http.Request) {
+	var in struct{}
+	req, ok := s.readOptionalPost(w, r, &in)
+	if !ok {
+		return
+	}
+	endpointID := pathID(r, "id", payment.PrefixWebhookEndpoint)
+	eventID := pathID(r, "eventID", payment.PrefixEvent)
+	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		d, err := l.ResendWebhookEvent(ctx, req.MerchantID, endpointID, eventID)
+		if err != nil {
+			return response{}, err
+		}
+		return jsonResponse(http.StatusAccepted, "", d)
+	})
+}

@@ -120,6 +120,10 @@ const (
 	EventChargeVoided     = "charge.voided"
 	EventChargeExpired    = "charge.expired"
 	EventRefundCreated    = "refund.created"
+	// EventWebhookEndpointDisabled says an endpoint was disabled after its
+	// deliveries failed for the whole retry period; its data is the
+	// endpoint. It moves no money.
+	EventWebhookEndpointDisabled = "webhook_endpoint.disabled"
 )
 
 // Event records a change: its type and the object it describes, as that object's
@@ -191,6 +195,14 @@ type Ledger interface {
 	// ErrTooManyWebhookEndpoints when the merchant already has
 	// MaxWebhookEndpoints.
 	CreateWebhookEndpoint(ctx context.Context, merchantID uuid.UUID, url string, events []string, secret string) (WebhookEndpoint, error)
+
+	// ResendWebhookEvent schedules the merchant's event for delivery to the
+	// endpoint again, due now: a new pending delivery, or the existing one
+	// made pending and due now. It returns ErrNotFound for an endpoint the
+	// merchant does not have (deleted included), an event it does not have
+	// (or no longer has: pruned), or one the endpoint does not subscribe
+	// to, and a *ValidationError for a disabled endpoint.
+	ResendWebhookEvent(ctx context.Context, merchantID, endpointID, eventID uuid.UUID) (ScheduledDelivery, error)
 }
 
 // Reader looks objects up, always within one merchant: another merchant's object

@@ -16,6 +16,9 @@ import (
 // PrefixWebhookEndpoint starts a webhook endpoint's public id.
 const PrefixWebhookEndpoint = "we_"
 
+// PrefixWebhookAttempt starts a recorded delivery attempt's public id.
+const PrefixWebhookAttempt = "wha_"
+
 // MaxWebhookEndpoints is how many live endpoints a merchant may have.
 const MaxWebhookEndpoints = 16
 
@@ -29,6 +32,7 @@ var EventTypes = []string{
 	EventChargeSucceeded, EventChargeFailed,
 	EventChargeAuthorized, EventChargeCaptured, EventChargeVoided, EventChargeExpired,
 	EventRefundCreated,
+	EventWebhookEndpointDisabled,
 }
 
 // The states of a webhook endpoint: it receives deliveries while enabled;
@@ -146,4 +150,56 @@ type WebhookAttempt struct {
 // Delivered reports whether the attempt delivered the event: a 2xx answer.
 func (a WebhookAttempt) Delivered() bool {
 	return a.Error == "" && a.Status >= 200 && a.Status < 300
+}
+
+// RecordedAttempt is one attempt of a delivery as the merchant reads it
+// (GET /v1/webhook_endpoints/{id}/attempts): its answer's status, or the
+// error that stood for one.
+type RecordedAttempt struct {
+	ID         uuid.UUID
+	EndpointID uuid.UUID
+	EventID    uuid.UUID
+	At         time.Time
+	Status     *int
+	Error      *string
+	Latency    time.Duration
+}
+
+// MarshalJSON renders the attempt as the API shows it.
+func (a RecordedAttempt) MarshalJSON() ([]byte, error) {
+	return marshal(struct {
+		ID         string    `json:"id"`
+		Object     string    `json:"object"`
+		EndpointID string    `json:"endpoint_id"`
+		EventID    string    `json:"event_id"`
+		At         timestamp `json:"attempted_at"`
+		Status     *int      `json:"status"`
+		Error      *string   `json:"error"`
+		LatencyMS  int64     `json:"latency_ms"`
+	}{FormatID(PrefixWebhookAttempt, a.ID), "webhook_attempt", FormatID(PrefixWebhookEndpoint, a.EndpointID),
+		FormatID(PrefixEvent, a.EventID), timestamp(a.At), a.Status, a.Error, a.Latency.Milliseconds()})
+}
+
+// AttemptQuery selects a page of an endpoint's attempts, newest first.
+type AttemptQuery struct {
+	Limit         int
+	StartingAfter uuid.UUID // the last attempt of the previous page, or uuid.Nil
+}
+
+// ScheduledDelivery is a delivery a resend scheduled: the event, due now
+// to the endpoint, in State (DeliveryPending).
+type ScheduledDelivery struct {
+	EndpointID uuid.UUID
+	EventID    uuid.UUID
+	State      string
+}
+
+// MarshalJSON renders the delivery as the API shows it.
+func (d ScheduledDelivery) MarshalJSON() ([]byte, error) {
+	return marshal(struct {
+		Object     string `json:"object"`
+		EndpointID string `json:"endpoint_id"`
+		EventID    string `json:"event_id"`
+		State      string `json:"state"`
+	}{"webhook_delivery", FormatID(PrefixWebhookEndpoint, d.EndpointID), FormatID(PrefixEvent, d.EventID), d.State})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -206,14 +207,17 @@ RETURNING state`
 
 	// disableEndpointSQL disables an endpoint whose delivery was abandoned,
 	// and abandons its other pending deliveries: a disabled endpoint gets
-	// nothing more, and pruning need not keep their events.
+	// nothing more, and pruning need not keep their events. It returns the
+	// endpoint if this statement disabled it, and no row if it was
+	// disabled already.
 	disableEndpointSQL = `
-WITH disabled AS (
-    UPDATE webhook_endpoints SET status = 'disabled'
-    WHERE merchant_id = $1 AND id = $2 AND status = 'enabled'
+WITH abandoned AS (
+    UPDATE webhook_deliveries SET state = 'abandoned', lease_until = NULL, claim = NULL
+    WHERE merchant_id = $1 AND endpoint_id = $2 AND state = 'pending'
 )
-UPDATE webhook_deliveries SET state = 'abandoned', lease_until = NULL, claim = NULL
-WHERE merchant_id = $1 AND endpoint_id = $2 AND state = 'pending'`
+UPDATE webhook_endpoints SET status = 'disabled'
+WHERE merchant_id = $1 AND id = $2 AND status = 'enabled'
+RETURNING ` + endpointColumns
 )
 
 // RecordAttempt records an attempt of a claimed delivery and, in the same
@@ -227,7 +231,10 @@ WHERE merchant_id = $1 AND endpoint_id = $2 AND state = 'pending'`
 // error wraps payment.ErrUnavailable when the database fails.
 func (s *Deliveries) RecordAttempt(ctx context.Context, d payment.WebhookDelivery, a payment.WebhookAttempt) (string, error) {
 	code, errText := attemptResult(a)
-	var state string
+	var (
+		state  string
+		events int // the webhook_endpoint.disabled event, when written
+	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertAttemptSQL, d.MerchantID, d.EndpointID, payment.NewID(), d.EventID,
 			a.At, code, errText, a.Latency.Milliseconds()); err != nil {
@@ -242,15 +249,33 @@ func (s *Deliveries) RecordAttempt(ctx context.Context, d payment.WebhookDeliver
 		if err != nil || state != payment.DeliveryAbandoned {
 			return err
 		}
-		// The webhook_endpoint.disabled event the design asks for is not
-		// written yet (docs/webhooks.md, "To build").
-		_, err = tx.Exec(ctx, disableEndpointSQL, d.MerchantID, d.EndpointID)
-		return err
+		return disableEndpoint(ctx, tx, d.MerchantID, d.EndpointID, &events)
 	})
 	if err != nil {
 		return "", asUnavailable(fmt.Errorf("record webhook attempt: %w", err))
 	}
+	if events > 0 {
+		s.eventsCommitted()
+	}
 	return state, nil
+}
+
+// disableEndpoint disables the endpoint, abandoning its pending
+// deliveries, and, if this disabled it, writes the
+// webhook_endpoint.disabled event (its data the endpoint as GET shows it) on
+// tx, counting it in events.
+func disableEndpoint(ctx context.Context, tx pgx.Tx, merchantID, endpointID uuid.UUID, events *int) error {
+	rows, _ := tx.Query(ctx, disableEndpointSQL, merchantID, endpointID)
+	disabled, err := pgx.CollectRows(rows, scanEndpoint)
+	if err != nil || len(disabled) == 0 {
+		return err
+	}
+	l := &ledger{q: tx}
+	if err := l.event(ctx, merchantID, "webhook_endpoint", endpointID, payment.EventWebhookEndpointDisabled, disabled[0]); err != nil {
+		return err
+	}
+	*events += l.events
+	return nil
 }
 
 // attemptResult is the attempt's status or its error, the one column of the

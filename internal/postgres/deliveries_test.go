@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -457,5 +458,55 @@ func TestAttemptResult(t *testing.T) {
 				t.Errorf("got %v %v, want %d %q", status, errText, tc.status, tc.err)
 			}
 		})
+	}
+}
+
+// TestDisabledEvent: the attempt that abandons a delivery and disables its
+// endpoint writes one webhook_endpoint.disabled event, whose data is the
+// endpoint as GET shows it; the endpoint's other delivery, abandoned with
+// it, writes none when its attempt is recorded.
+func TestDisabledEvent(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgtest.NewDatabase(t))
+	acme := newMerchant(t, s, "acme")
+	endpoint := addEndpoint(t, s, acme, payment.AllEvents)
+	addEvent(t, s, acme, payment.EventChargeSucceeded)
+	addEvent(t, s, acme, payment.EventChargeFailed)
+	if n, err := s.FanOut(ctx, 100); err != nil || n != 2 {
+		t.Fatalf("FanOut = %d, %v; want 2", n, err)
+	}
+	ds, err := s.ClaimDeliveries(ctx, 4, 32, time.Minute)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("claimed %d, %v; want 2", len(ds), err)
+	}
+	giveUp := payment.WebhookAttempt{At: time.Now(), Error: "connection refused", RetryIn: time.Hour}
+	if state, err := s.RecordAttempt(ctx, ds[0], giveUp); err != nil || state != payment.DeliveryAbandoned {
+		t.Fatalf("RecordAttempt = %q, %v; want abandoned", state, err)
+	}
+	if state, err := s.RecordAttempt(ctx, ds[1], giveUp); err != nil || state != "" {
+		t.Errorf("the other delivery's RecordAttempt = %q, %v; want nothing settled", state, err)
+	}
+	var (
+		n         int
+		aggregate string
+		id        uuid.UUID
+		payload   []byte
+	)
+	if err := s.Pool().QueryRow(ctx, `
+SELECT count(*) OVER (), aggregate_type, aggregate_id, payload FROM events WHERE merchant_id = $1 AND type = $2`,
+		acme, payment.EventWebhookEndpointDisabled).Scan(&n, &aggregate, &id, &payload); err != nil || n != 1 {
+		t.Fatalf("%d webhook_endpoint.disabled events (%v), want 1", n, err)
+	}
+	e, err := s.WebhookEndpoint(ctx, acme, endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(e)
+	var got, wantJSON any
+	_ = json.Unmarshal(payload, &got)
+	_ = json.Unmarshal(want, &wantJSON)
+	if aggregate != "webhook_endpoint" || id != endpoint || e.Status != payment.WebhookDisabled ||
+		fmt.Sprint(got) != fmt.Sprint(wantJSON) {
+		t.Errorf("event %s %s %s, want the endpoint as GET shows it %s", aggregate, id, payload, want)
 	}
 }

@@ -175,6 +175,12 @@ func (l *ledger) CreateWebhookEndpoint(ctx context.Context, merchantID uuid.UUID
 	return createEndpoint(ctx, l.q, merchantID, url, events, secret)
 }
 
+// ResendWebhookEvent schedules the event to the endpoint again on the key's
+// transaction (webhooks.go, resendEvent).
+func (l *ledger) ResendWebhookEvent(ctx context.Context, merchantID, endpointID, eventID uuid.UUID) (payment.ScheduledDelivery, error) {
+	return resendEvent(ctx, l.q, merchantID, endpointID, eventID)
+}
+
 // settle ends an authorization's hold as decide says (a capture or a void),
 // with its event.
 func (l *ledger) settle(ctx context.Context, merchantID, chargeID uuid.UUID, eventType string,

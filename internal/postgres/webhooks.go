@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -136,4 +137,112 @@ func scanEndpoint(row pgx.CollectableRow) (payment.WebhookEndpoint, error) {
 	var e payment.WebhookEndpoint
 	err := row.Scan(&e.MerchantID, &e.ID, &e.URL, &e.Events, &e.Status, &e.CreatedAt)
 	return e, err
+}
+
+const (
+	// attemptCursorSQL reads the position of the attempt a page starts
+	// after, one of the endpoint's.
+	attemptCursorSQL = `SELECT attempted_at FROM webhook_attempts
+WHERE merchant_id = $1 AND endpoint_id = $2 AND id = $3`
+
+	// listAttemptsSQL pages an endpoint's attempts newest first, after the
+	// cursor ($3, $4) when $3 is not null, reading $5 rows.
+	listAttemptsSQL = `SELECT id, endpoint_id, event_id, attempted_at, status, error, latency_ms
+FROM webhook_attempts
+WHERE merchant_id = $1 AND endpoint_id = $2
+  AND ($3::timestamptz IS NULL OR (attempted_at, id) < ($3, $4::uuid))
+ORDER BY attempted_at DESC, id DESC
+LIMIT $5`
+)
+
+// WebhookAttempts returns a page of the attempts to deliver to the
+// merchant's live endpoint id, newest first. A deleted endpoint's attempts
+// are not readable, as the endpoint is not: payment.ErrNotFound for it and
+// for an endpoint the merchant never had. A StartingAfter that names no
+// attempt of the endpoint is a *payment.ValidationError.
+func (s *Webhooks) WebhookAttempts(ctx context.Context, merchantID, endpointID uuid.UUID, q payment.AttemptQuery) (payment.Page[payment.RecordedAttempt], error) {
+	if _, err := s.WebhookEndpoint(ctx, merchantID, endpointID); err != nil {
+		return payment.Page[payment.RecordedAttempt]{}, err
+	}
+	var after *time.Time
+	if q.StartingAfter != uuid.Nil {
+		err := s.pool.QueryRow(ctx, attemptCursorSQL, merchantID, endpointID, q.StartingAfter).Scan(&after)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return payment.Page[payment.RecordedAttempt]{}, payment.Invalid("starting_after", "names no attempt of this endpoint")
+		}
+		if err != nil {
+			return payment.Page[payment.RecordedAttempt]{}, asUnavailable(fmt.Errorf("select cursor attempt: %w", err))
+		}
+	}
+	rows, err := s.pool.Query(ctx, listAttemptsSQL, merchantID, endpointID, after, q.StartingAfter, q.Limit+1)
+	if err != nil {
+		return payment.Page[payment.RecordedAttempt]{}, asUnavailable(fmt.Errorf("list webhook attempts: %w", err))
+	}
+	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.RecordedAttempt, error) {
+		var (
+			a  payment.RecordedAttempt
+			ms int64
+		)
+		err := row.Scan(&a.ID, &a.EndpointID, &a.EventID, &a.At, &a.Status, &a.Error, &ms)
+		a.Latency = time.Duration(ms) * time.Millisecond
+		return a, err
+	})
+	if err != nil {
+		return payment.Page[payment.RecordedAttempt]{}, asUnavailable(fmt.Errorf("list webhook attempts: %w", err))
+	}
+	return page(attempts, q.Limit), nil
+}
+
+const (
+	// resendEndpointSQL reads the live endpoint a resend is for, locked
+	// against a concurrent deletion or disabling until the resend commits.
+	resendEndpointSQL = `SELECT events, status FROM webhook_endpoints
+WHERE merchant_id = $1 AND id = $2 AND deleted_at IS NULL
+FOR NO KEY UPDATE`
+
+	eventTypeSQL = `SELECT type FROM events WHERE merchant_id = $1 AND id = $2`
+
+	// resendSQL makes the delivery pending and due now: a new one, or the
+	// existing one. One that had ended (delivered or abandoned) starts a
+	// new retry period; a pending one keeps its own, and its lease if a
+	// worker holds it (that worker settles it, and the next claim sends
+	// it again only if that attempt failed).
+	resendSQL = `
+INSERT INTO webhook_deliveries (merchant_id, endpoint_id, event_id) VALUES ($1, $2, $3)
+ON CONFLICT (merchant_id, endpoint_id, event_id) DO UPDATE SET
+    next_attempt_at = now(),
+    first_attempt_at = CASE WHEN webhook_deliveries.state = 'pending' THEN webhook_deliveries.first_attempt_at END,
+    state = 'pending'
+RETURNING state`
+)
+
+// resendEvent schedules the merchant's event to the endpoint again on q, a
+// transaction; errors as payment.Ledger.ResendWebhookEvent says.
+func resendEvent(ctx context.Context, q querier, merchantID, endpointID, eventID uuid.UUID) (payment.ScheduledDelivery, error) {
+	e := payment.WebhookEndpoint{ID: endpointID}
+	err := q.QueryRow(ctx, resendEndpointSQL, merchantID, endpointID).Scan(&e.Events, &e.Status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return payment.ScheduledDelivery{}, fmt.Errorf("%w: your merchant has no webhook endpoint %q", payment.ErrNotFound,
+			payment.FormatID(payment.PrefixWebhookEndpoint, endpointID))
+	}
+	if err != nil {
+		return payment.ScheduledDelivery{}, fmt.Errorf("lock webhook endpoint: %w", err)
+	}
+	if e.Status != payment.WebhookEnabled {
+		return payment.ScheduledDelivery{}, payment.Invalid("webhook_endpoint_id", "the endpoint is %s: it receives no deliveries", e.Status)
+	}
+	var eventType string
+	err = q.QueryRow(ctx, eventTypeSQL, merchantID, eventID).Scan(&eventType)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !e.Subscribes(eventType)) {
+		return payment.ScheduledDelivery{}, fmt.Errorf("%w: the endpoint receives no event %q of your merchant", payment.ErrNotFound,
+			payment.FormatID(payment.PrefixEvent, eventID))
+	}
+	if err != nil {
+		return payment.ScheduledDelivery{}, fmt.Errorf("read event: %w", err)
+	}
+	d := payment.ScheduledDelivery{EndpointID: endpointID, EventID: eventID}
+	if err := q.QueryRow(ctx, resendSQL, merchantID, endpointID, eventID).Scan(&d.State); err != nil {
+		return payment.ScheduledDelivery{}, fmt.Errorf("schedule webhook delivery: %w", err)
+	}
+	return d, nil
 }
