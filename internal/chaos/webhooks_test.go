@@ -37,18 +37,23 @@ type hookReceiver struct {
 type hookRequest struct {
 	eventID, signature string
 	body               []byte
+	status             int // what the receiver answered (or began to)
 }
 
 func (r *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.inFlight.Add(1)
 	defer r.inFlight.Add(-1)
 	body, _ := io.ReadAll(req.Body)
+	status := int(r.status.Load())
+	if status == 0 {
+		status = http.StatusNoContent
+	}
 	r.mu.Lock()
 	if r.got == nil {
 		r.got = map[string][]hookRequest{}
 	}
 	r.got[req.URL.Path] = append(r.got[req.URL.Path], hookRequest{
-		eventID: req.Header.Get(webhook.EventIDHeader), signature: req.Header.Get(webhook.SignatureHeader), body: body,
+		eventID: req.Header.Get(webhook.EventIDHeader), signature: req.Header.Get(webhook.SignatureHeader), body: body, status: status,
 	})
 	r.mu.Unlock()
 	if r.hold != nil {
@@ -58,10 +63,6 @@ func (r *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			case <-req.Context().Done():
 			}
 		}
-	}
-	status := int(r.status.Load())
-	if status == 0 {
-		status = http.StatusNoContent
 	}
 	w.WriteHeader(status)
 }
@@ -141,7 +142,7 @@ type hookVerdict struct {
 	events     int // deliveries the endpoints' subscriptions called for
 	received   int // requests the receivers got
 	lost       int // events an endpoint subscribes to that never reached it
-	duplicates int // requests beyond one per event and endpoint (at least once allows them)
+	duplicates int // requests answered 2xx beyond one per event and endpoint (at least once allows them)
 	foreign    int // requests of events not the endpoint's merchant's or not subscribed to
 	badSigs    int // requests the client's VerifyWebhook refused, or whose body is another event
 	failures   int // attempts recorded with an error or a status other than 2xx
@@ -154,7 +155,8 @@ type hookVerdict struct {
 func (v hookVerdict) violations() int { return v.foreign + v.badSigs + v.phantoms + v.notDone }
 
 // judgeHooks holds each endpoint's receiver against the database: every
-// event of its merchant it subscribes to reached it at least once, signed
+// event of its merchant it subscribes to reached it and was answered 2xx at
+// least once, signed
 // with its secret (the Go client's VerifyWebhook), and nothing else did; every
 // attempt recorded with an HTTP status was received, and every delivery marked
 // delivered has a recorded 2xx attempt. It fails t for each problem.
@@ -164,10 +166,13 @@ func judgeHooks(t *testing.T, ctx context.Context, db *pgxpool.Pool, endpoints [
 	for _, e := range endpoints {
 		want := subscribedEvents(t, ctx, db, e)
 		v.events += len(want)
-		got := map[string]int{}
+		got, acked := map[string]int{}, map[string]int{}
 		for _, r := range e.recv.requests(e.path) {
 			v.received++
 			got[r.eventID]++
+			if r.status >= 200 && r.status < 300 {
+				acked[r.eventID]++
+			}
 			var body struct{ ID string }
 			if err := paymentsclient.VerifyWebhook(r.body, r.signature, e.secret, 10*time.Minute); err != nil ||
 				json.Unmarshal(r.body, &body) != nil || body.ID != r.eventID {
@@ -175,15 +180,17 @@ func judgeHooks(t *testing.T, ctx context.Context, db *pgxpool.Pool, endpoints [
 				t.Errorf("endpoint %s: delivery of %s (body id %q) does not verify: %v", e.path, r.eventID, body.ID, err)
 			}
 		}
-		for id, n := range got {
+		for _, n := range acked {
 			v.duplicates += n - 1
+		}
+		for id := range got {
 			if !want[id] {
 				v.foreign++
 				t.Errorf("endpoint %s (events %v) received %s, not one of its merchant's events it subscribes to", e.path, e.events, id)
 			}
 		}
 		for id := range want {
-			if got[id] == 0 {
+			if acked[id] == 0 {
 				v.lost++
 				t.Errorf("endpoint %s (events %v) never received %s", e.path, e.events, id)
 			}
