@@ -325,7 +325,9 @@ SELECT count(*) FROM accounts a WHERE merchant_id = $1 AND held <>
 }
 
 // objectOf returns the id of the object a stored response names: the created
-// object of a 201, the failed charge of a 402, "" otherwise.
+// object of a 201, the failed charge of a 402, "" otherwise. A webhook
+// endpoint (we_) is "": it is no object of the ledger the audit holds keys
+// against (the webhook scenarios judge endpoints themselves).
 func objectOf(status int, body []byte) string {
 	var v struct {
 		ID       string `json:"id"`
@@ -334,6 +336,9 @@ func objectOf(status int, body []byte) string {
 	_ = json.Unmarshal(body, &v)
 	switch status {
 	case http.StatusCreated:
+		if strings.HasPrefix(v.ID, "we_") {
+			return ""
+		}
 		return v.ID
 	case http.StatusPaymentRequired:
 		return v.ChargeID
