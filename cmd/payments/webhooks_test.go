@@ -25,16 +25,7 @@ import (
 func TestServeWebhookAllowPrivate(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"merchants", "create", "--name", t.Name()}, envOf(map[string]string{"DATABASE_URL": db}), &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	var merchant struct {
-		APIKey string `json:"api_key"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &merchant); err != nil {
-		t.Fatal(err)
-	}
+	merchant := createMerchant(t, db)
 	for _, tc := range []struct {
 		setting string
 		status  int
@@ -80,16 +71,7 @@ func TestServeWebhookAllowPrivate(t *testing.T) {
 func TestServeDeliversWebhooks(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"merchants", "create", "--name", t.Name()}, envOf(map[string]string{"DATABASE_URL": db}), &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	var merchant struct {
-		APIKey string `json:"api_key"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &merchant); err != nil {
-		t.Fatal(err)
-	}
+	merchant := createMerchant(t, db)
 	type delivery struct {
 		body               []byte
 		eventID, signature string
@@ -156,4 +138,20 @@ func TestServeDeliversWebhooks(t *testing.T) {
 		t.Errorf("delivered again after a 204: %s", d.body)
 	case <-time.After(2 * time.Second):
 	}
+}
+
+// createMerchant makes a merchant named after the test with the CLI, and
+// returns its API key.
+func createMerchant(t *testing.T, db string) (merchant struct {
+	APIKey string `json:"api_key"`
+}) {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"merchants", "create", "--name", t.Name()}, envOf(map[string]string{"DATABASE_URL": db}), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out.Bytes(), &merchant); err != nil {
+		t.Fatal(err)
+	}
+	return merchant
 }
