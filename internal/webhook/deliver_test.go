@@ -38,7 +38,7 @@ type hookReceiver struct {
 	got []delivered
 }
 
-func newHookReceiver(t *testing.T, answer func(n int) int) *hookReceiver {
+func newHookReceiver(t testing.TB, answer func(n int) int) *hookReceiver {
 	t.Helper()
 	r := &hookReceiver{}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -68,7 +68,7 @@ type bundle struct {
 	merchant uuid.UUID
 }
 
-func setup(t *testing.T) bundle {
+func setup(t testing.TB) bundle {
 	t.Helper()
 	s, err := postgres.Open(context.Background(), pgtest.NewDatabase(t), postgres.Options{})
 	if err != nil {
@@ -78,7 +78,7 @@ func setup(t *testing.T) bundle {
 	return bundle{store: s, merchant: newMerchant(t, s)}
 }
 
-func newMerchant(t *testing.T, s *postgres.Store) uuid.UUID {
+func newMerchant(t testing.TB, s *postgres.Store) uuid.UUID {
 	t.Helper()
 	id, _, err := s.RegisterMerchant(context.Background(), t.Name())
 	if err != nil {
@@ -87,7 +87,7 @@ func newMerchant(t *testing.T, s *postgres.Store) uuid.UUID {
 	return id
 }
 
-func endpoint(t *testing.T, s *postgres.Store, merchant uuid.UUID, url string, events ...string) payment.WebhookEndpoint {
+func endpoint(t testing.TB, s *postgres.Store, merchant uuid.UUID, url string, events ...string) payment.WebhookEndpoint {
 	t.Helper()
 	secret, err := webhook.NewSecret()
 	if err != nil {
@@ -115,7 +115,7 @@ VALUES ($1, $2, 'account', $2, $3, '{"amount":100}')`, merchant, id, eventType);
 
 // start runs a Deliverer on s until the test ends: local receivers allowed,
 // polling often, and every retry due at once.
-func start(t *testing.T, s *postgres.Store, opts webhook.Options) {
+func start(t testing.TB, s *postgres.Store, opts webhook.Options) {
 	t.Helper()
 	opts.AllowPrivate = true
 	opts.Poll = 10 * time.Millisecond
