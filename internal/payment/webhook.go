@@ -113,6 +113,18 @@ const (
 	DeliveryAbandoned = "abandoned"
 )
 
+// FanOut is what one fan-out of events to webhook endpoints did.
+type FanOut struct {
+	// Created counts the deliveries it created.
+	Created int
+	// Again says to fan out again soon rather than at the next poll:
+	// another fan-out held the lock, or committed events of a merchant with
+	// a live endpoint wait above the event horizon, behind a transaction
+	// still running, which may write no event and so wake nobody when it
+	// ends.
+	Again bool
+}
+
 // WebhookDelivery is an event to POST to an endpoint, as a worker claimed
 // it: the claim is leased, and only the claim that holds Claim settles it.
 type WebhookDelivery struct {

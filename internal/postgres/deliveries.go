@@ -33,7 +33,10 @@ const fanOutLockKey = 0x7061796d_7768666f // "paymwhfo"
 // delivery of each that the endpoint subscribes to; and moves the cursor to
 // the last event read, subscribed to or not. All in one statement, so the
 // deliveries and the cursor commit together: a crash repeats nothing and
-// skips nothing.
+// skips nothing. It returns how many deliveries it created, and whether
+// committed events of a merchant with a live endpoint wait at or above the
+// horizon (a range of events_order: the few events committed since the
+// oldest transaction still running began).
 const fanOutSQL = `
 WITH batch AS (
     SELECT e.merchant_id, e.id AS endpoint_id, e.events AS subscribed, ev.id AS event_id, ev.type, ev.tx_id, ev.seq
@@ -61,32 +64,43 @@ WITH batch AS (
     ) last
     WHERE e.merchant_id = last.merchant_id AND e.id = last.endpoint_id
 )
-SELECT count(*) FROM inserted`
+SELECT (SELECT count(*) FROM inserted), EXISTS (
+    SELECT FROM events ev
+    WHERE ev.tx_id >= $1::xid8
+      AND EXISTS (SELECT FROM webhook_endpoints e
+                  WHERE e.merchant_id = ev.merchant_id AND e.deleted_at IS NULL AND e.status = 'enabled'))`
 
 // FanOut moves every live enabled endpoint's cursor over up to batch of its
 // merchant's next events, inserting a pending delivery of each event the
 // endpoint subscribes to, in one transaction. One fan-out runs at a time
-// across replicas; another finds the lock taken and returns 0 at once. It
-// returns how many deliveries it created, or an error wrapping
+// across replicas; another finds the lock taken and returns at once, with
+// Again set (the running one may have begun before the caller's events
+// committed). It returns what it did, or an error wrapping
 // payment.ErrUnavailable.
-func (s *Deliveries) FanOut(ctx context.Context, batch int) (int, error) {
-	var created int
+func (s *Deliveries) FanOut(ctx context.Context, batch int) (payment.FanOut, error) {
+	var r payment.FanOut
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var leader bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(fanOutLockKey)).Scan(&leader); err != nil || !leader {
+			r.Again = !leader
 			return err
 		}
 		h, err := eventHorizon(ctx, tx)
 		if err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, fanOutSQL, h.xid, batch).Scan(&created)
+		return tx.QueryRow(ctx, fanOutSQL, h.xid, batch).Scan(&r.Created, &r.Again)
 	})
 	if err != nil {
-		return 0, asUnavailable(fmt.Errorf("fan out events to webhook endpoints: %w", err))
+		return payment.FanOut{}, asUnavailable(fmt.Errorf("fan out events to webhook endpoints: %w", err))
 	}
-	return created, nil
+	return r, nil
 }
+
+// WatchEvents returns a channel that receives soon after this process
+// commits events, and a func that ends the watch: the Deliverer fans out
+// when it receives.
+func (s *Deliveries) WatchEvents() (<-chan struct{}, func()) { return s.watchEvents() }
 
 const (
 	// lockDueEndpointsSQL locks the live enabled endpoints that have a due

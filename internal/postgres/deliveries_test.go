@@ -79,7 +79,7 @@ func sortDeliveries(ds []delivery) []delivery {
 // merchant's events, from its creation on, of the types it subscribes to;
 // its cursor moves past the events it does not subscribe to; a second
 // fan-out, or one in small batches, creates no duplicate; a fan-out that
-// finds the lock taken does nothing.
+// finds the lock taken does nothing and asks to be called again.
 func TestFanOut(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, pgtest.NewDatabase(t))
@@ -105,8 +105,8 @@ func TestFanOut(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(fanOutLockKey)); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.FanOut(ctx, 100); err != nil || n != 0 {
-		t.Errorf("FanOut while another holds the lock = %d, %v; want 0, nil", n, err)
+	if r, err := s.FanOut(ctx, 100); err != nil || r != (payment.FanOut{Again: true}) {
+		t.Errorf("FanOut while another holds the lock = %+v, %v; want none created, again", r, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -117,13 +117,13 @@ func TestFanOut(t *testing.T) {
 		{charges, a2, "pending"},
 		{other, g1, "pending"},
 	})
-	if n, err := s.FanOut(ctx, 100); err != nil || n != len(want) {
+	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != len(want) {
 		t.Fatalf("FanOut = %d, %v; want %d", n, err, len(want))
 	}
 	if got := deliveries(t, s); !slices.Equal(got, want) {
 		t.Errorf("deliveries %v, want %v", got, want)
 	}
-	if n, err := s.FanOut(ctx, 100); err != nil || n != 0 {
+	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 0 {
 		t.Errorf("the second FanOut = %d, %v; want 0", n, err)
 	}
 	// The charges-only endpoint's cursor is past a3, which it does not
@@ -141,7 +141,7 @@ WHERE e.id = $1 AND (e.cursor_tx, e.cursor_seq) <> (ev.tx_id, ev.seq)`, charges,
 	b2 := addEvent(t, s, acme, payment.EventRefundCreated)
 	calls := 0
 	for {
-		n, err := s.FanOut(ctx, 1)
+		n, err := created(s.FanOut(ctx, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestClaimDeliveries(t *testing.T) {
 	for range 10 {
 		addEvent(t, s, acme, payment.EventChargeSucceeded)
 	}
-	if n, err := s.FanOut(ctx, 100); err != nil || n != 20 {
+	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 20 {
 		t.Fatalf("FanOut = %d, %v; want 20", n, err)
 	}
 
@@ -312,7 +312,7 @@ func TestRecordAttempt(t *testing.T) {
 	// pending delivery, and the endpoint disabled.
 	addEvent(t, s, acme, payment.EventChargeFailed)
 	addEvent(t, s, acme, payment.EventChargeFailed)
-	if n, err := s.FanOut(ctx, 100); err != nil || n != 2 {
+	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 2 {
 		t.Fatalf("FanOut = %d, %v; want 2", n, err)
 	}
 	ds, err := s.ClaimDeliveries(ctx, 1, 32, time.Minute)
@@ -332,7 +332,7 @@ func TestRecordAttempt(t *testing.T) {
 		t.Errorf("the endpoint %+v, %v; want disabled", e, err)
 	}
 	addEvent(t, s, acme, payment.EventChargeFailed)
-	if n, err := s.FanOut(ctx, 100); err != nil || n != 0 {
+	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 0 {
 		t.Errorf("FanOut to a disabled endpoint = %d, %v; want 0", n, err)
 	}
 }
@@ -416,7 +416,7 @@ func TestDeletedEndpointGetsNoMore(t *testing.T) {
 	acme := newMerchant(t, s, "acme")
 	endpoint := addEndpoint(t, s, acme, payment.AllEvents)
 	addEvent(t, s, acme, payment.EventChargeSucceeded)
-	if n, err := s.FanOut(ctx, 100); err != nil || n != 1 {
+	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 1 {
 		t.Fatalf("FanOut = %d, %v; want 1", n, err)
 	}
 	if err := s.DeleteWebhookEndpoint(ctx, acme, endpoint); err != nil {
@@ -426,7 +426,7 @@ func TestDeletedEndpointGetsNoMore(t *testing.T) {
 		t.Errorf("claimed %d, %v of a deleted endpoint; want none", len(ds), err)
 	}
 	addEvent(t, s, acme, payment.EventChargeSucceeded)
-	if n, err := s.FanOut(ctx, 100); err != nil || n != 0 {
+	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 0 {
 		t.Errorf("FanOut to a deleted endpoint = %d, %v; want 0", n, err)
 	}
 }
@@ -472,7 +472,7 @@ func TestDisabledEvent(t *testing.T) {
 	endpoint := addEndpoint(t, s, acme, payment.AllEvents)
 	addEvent(t, s, acme, payment.EventChargeSucceeded)
 	addEvent(t, s, acme, payment.EventChargeFailed)
-	if n, err := s.FanOut(ctx, 100); err != nil || n != 2 {
+	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 2 {
 		t.Fatalf("FanOut = %d, %v; want 2", n, err)
 	}
 	ds, err := s.ClaimDeliveries(ctx, 4, 32, time.Minute)

@@ -31,8 +31,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -121,6 +124,11 @@ type db struct {
 	notify       chan struct{}
 	stopNotifier context.CancelFunc
 	notifierDone chan struct{}
+
+	// watchers are the channels watchEvents handed out, copied on write:
+	// eventsCommitted reads them without a lock.
+	watchers   atomic.Pointer[[]chan struct{}]
+	watchersMu sync.Mutex
 }
 
 // Keys runs steps under idempotency keys and expires the keys.
@@ -225,12 +233,46 @@ func (s *DB) Close() {
 
 // eventsCommitted tells the relay, wherever it runs, that events committed.
 // It never blocks: a NOTIFY already pending covers this commit too.
+// It wakes this process's watchers (watchEvents) the same way.
 func (s *db) eventsCommitted() {
 	select {
 	case s.notify <- struct{}{}:
 	default:
 	}
+	if w := s.watchers.Load(); w != nil {
+		for _, c := range *w {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
+
+// watchEvents returns a channel that receives soon after this process
+// commits events (one signal pending covers the commits after it; commits of
+// other processes do not send), and a func that ends the watch.
+func (s *db) watchEvents() (<-chan struct{}, func()) {
+	c := make(chan struct{}, 1)
+	s.watchersMu.Lock()
+	defer s.watchersMu.Unlock()
+	s.setWatchers(append(s.currentWatchers(), c))
+	return c, func() {
+		s.watchersMu.Lock()
+		defer s.watchersMu.Unlock()
+		s.setWatchers(slices.DeleteFunc(s.currentWatchers(), func(w chan struct{}) bool { return w == c }))
+	}
+}
+
+// currentWatchers copies the watchers, for a change under watchersMu.
+func (s *db) currentWatchers() []chan struct{} {
+	if w := s.watchers.Load(); w != nil {
+		return slices.Clone(*w)
+	}
+	return nil
+}
+
+func (s *db) setWatchers(w []chan struct{}) { s.watchers.Store(&w) }
 
 // notifier sends NOTIFY payments_events, once per burst of commits. The NOTIFY
 // runs in its own tiny transaction, after the business transactions: a NOTIFY

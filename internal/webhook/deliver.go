@@ -22,8 +22,11 @@ import (
 type Store interface {
 	// FanOut inserts the deliveries of up to batch new events per live
 	// endpoint and moves the endpoints' cursors, one fan-out at a time
-	// across replicas; it returns how many deliveries it created.
-	FanOut(ctx context.Context, batch int) (int, error)
+	// across replicas, and says what it did.
+	FanOut(ctx context.Context, batch int) (payment.FanOut, error)
+	// WatchEvents returns a channel that receives soon after this process
+	// commits events, and a func that ends the watch.
+	WatchEvents() (<-chan struct{}, func())
 	// ClaimDeliveries leases up to total due deliveries, at most
 	// perEndpoint per endpoint counting those leased already.
 	ClaimDeliveries(ctx context.Context, perEndpoint, total int, lease time.Duration) ([]payment.WebhookDelivery, error)
@@ -54,8 +57,13 @@ type Options struct {
 	// FanOutBatch bounds the events fanned out per endpoint per round
 	// (default 100).
 	FanOutBatch int
-	// Poll is how often it looks for new events and due retries when idle
-	// (default 1 s).
+	// FanOutEvery is the least time between two fan-outs (default 20 ms):
+	// events committed in this process wake the Deliverer, and under load
+	// one fan-out covers the commits of that while.
+	FanOutEvery time.Duration
+	// Poll is how often it looks for new events and due retries when
+	// nothing woke it (default 1 s): events other processes committed wait
+	// for it, unless their own Deliverer fans them out.
 	Poll time.Duration
 	// Backoff draws the wait before the next attempt after the attempt-th
 	// failed (default DefaultBackoff.Wait).
@@ -85,6 +93,9 @@ func (o Options) withDefaults() Options {
 	o.Lease = max(o.Lease, o.Timeout+5*time.Second)
 	if o.FanOutBatch <= 0 {
 		o.FanOutBatch = 100
+	}
+	if o.FanOutEvery <= 0 {
+		o.FanOutEvery = 20 * time.Millisecond
 	}
 	if o.Poll <= 0 {
 		o.Poll = time.Second
@@ -134,16 +145,18 @@ func NewDeliverer(store Store, log *slog.Logger, opts Options) *Deliverer {
 // ends within the timeout) and returns. The store's failures are retried with
 // the service's backoff and logged as one outage.
 func (d *Deliverer) Run(ctx context.Context) {
+	committed, unwatch := d.store.WatchEvents()
+	defer unwatch()
 	loop := retry.NewLoop(d.log, "webhooks: fan out and claim deliveries", retry.Default)
 	slots := make(chan struct{}, d.opts.InFlight) // one per attempt in flight
-	wake := make(chan struct{}, 1)                // an attempt ended: a slot is free
+	freed := make(chan struct{}, 1)               // an attempt ended: a slot is free
 	var (
-		wg     sync.WaitGroup
-		fanned time.Time // the last fan-out that found nothing new
+		wg  sync.WaitGroup
+		fan = fanOuts{every: d.opts.FanOutEvery, poll: d.opts.Poll, due: true}
 	)
 	defer wg.Wait()
 	for ctx.Err() == nil {
-		claimed, err := d.claim(ctx, cap(slots)-len(slots), &fanned)
+		claimed, err := d.claim(ctx, cap(slots)-len(slots), &fan)
 		if err != nil {
 			if ctx.Err() != nil || !loop.Fail(ctx, err) {
 				return
@@ -159,7 +172,7 @@ func (d *Deliverer) Run(ctx context.Context) {
 				d.attempt(ctx, dl)
 				<-slots
 				select {
-				case wake <- struct{}{}:
+				case freed <- struct{}{}:
 				default:
 				}
 			}()
@@ -167,29 +180,48 @@ func (d *Deliverer) Run(ctx context.Context) {
 		if len(claimed) > 0 && len(slots) < cap(slots) {
 			continue // more may be due now
 		}
-		timer := time.NewTimer(d.opts.Poll)
+		timer := time.NewTimer(fan.wait(time.Now()))
 		select {
 		case <-ctx.Done():
-		case <-wake:
+		case <-freed:
+		case <-committed:
+			fan.due = true
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
 }
 
-// claim fans new events out, then claims up to free due deliveries. It fans
-// out at most once per Poll while fan-outs find nothing (idle is set to the
-// last that did not), so an attempt that ends, which wakes the loop for its
-// slot, does not cost a fan-out each time.
-func (d *Deliverer) claim(ctx context.Context, free int, idle *time.Time) ([]payment.WebhookDelivery, error) {
-	if time.Since(*idle) >= d.opts.Poll {
-		n, err := d.store.FanOut(ctx, d.opts.FanOutBatch)
+// fanOuts paces a Deliverer's fan-outs: one is due every poll, and every
+// so often after events committed here or when the last one asked for
+// another (payment.FanOut.Again, or it created deliveries: more may follow).
+// An attempt that ends wakes the loop to claim for its slot, not to fan out.
+type fanOuts struct {
+	every, poll time.Duration
+	last        time.Time // the last fan-out
+	due         bool      // one is wanted sooner than the poll
+}
+
+// next is when the next fan-out may run.
+func (f *fanOuts) next() time.Time {
+	if f.due {
+		return f.last.Add(f.every)
+	}
+	return f.last.Add(f.poll)
+}
+
+// wait is how long the loop may sleep from now: until the next fan-out.
+func (f *fanOuts) wait(now time.Time) time.Duration { return max(f.next().Sub(now), 0) }
+
+// claim fans new events out if one is due (fanOuts), then claims up to free
+// due deliveries.
+func (d *Deliverer) claim(ctx context.Context, free int, fan *fanOuts) ([]payment.WebhookDelivery, error) {
+	if now := time.Now(); !now.Before(fan.next()) {
+		r, err := d.store.FanOut(ctx, d.opts.FanOutBatch)
 		if err != nil {
 			return nil, err
 		}
-		if n == 0 {
-			*idle = time.Now()
-		}
+		fan.last, fan.due = now, r.Again || r.Created > 0
 	}
 	if free == 0 {
 		return nil, nil

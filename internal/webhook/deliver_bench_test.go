@@ -2,6 +2,8 @@ package webhook_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -10,19 +12,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/testkit"
 	"github.com/exactlyonce/payments/internal/webhook"
 )
 
 // BenchmarkWebhookDelivery measures, on PostgreSQL and a receiver on a
 // loopback port that answers 204 at once, with a Deliverer as serve runs it
-// (its defaults: 1 s poll, 4 in flight per endpoint, 32 in all):
+// (its defaults: woken by the store's commits, 1 s poll, 4 in flight per
+// endpoint, 32 in all):
 //
-//   - deliveries/s: b.N events committed at once, until every one was
-//     acknowledged by one endpoint;
+//   - deliveries/s: b.N events committed before the Deliverer starts, until
+//     every one was acknowledged by one endpoint;
 //
-//   - the delay from an event's commit to its arrival (p50, p99 ms), with
-//     events committed one by one at a steady rate (rate/s) for 5 s.
+//   - the delay from a charge's commit (its answer returned by the charge
+//     path, which then wakes the Deliverer as in serve) to its
+//     charge.succeeded event's arrival (p50, p99 ms), with charges made one
+//     by one at a steady rate (rate/s) for 5 s.
 //
 //     go test -run '^$' -bench WebhookDelivery -benchtime 2000x ./internal/webhook/
 func BenchmarkWebhookDelivery(b *testing.B) {
@@ -49,12 +61,6 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 			}
 		}
 	}
-	d := webhook.NewDeliverer(s.store, slog.New(slog.DiscardHandler), webhook.Options{AllowPrivate: true})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); d.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
-
 	// Throughput: b.N events at once.
 	if _, err := s.store.Pool().Exec(context.Background(), `
 INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
@@ -63,25 +69,18 @@ FROM generate_series(1, $2)`, s.merchant, b.N); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	d := webhook.NewDeliverer(s.store, slog.New(slog.DiscardHandler), webhook.Options{AllowPrivate: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
 	wait(b.N)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deliveries/s")
 
-	// Delay: one event at a time, at a steady rate.
+	// Delay: one charge at a time, at a steady rate.
 	const rate, seconds = 200, 5
-	committed := map[string]time.Time{}
-	tick := time.NewTicker(time.Second / rate)
-	defer tick.Stop()
-	for range rate * seconds {
-		<-tick.C
-		id := payment.NewID()
-		if _, err := s.store.Pool().Exec(context.Background(), `
-INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
-VALUES ($1, $2, 'account', $2, 'account.created', '{"amount":100}')`, s.merchant, id); err != nil {
-			b.Fatal(err)
-		}
-		committed[payment.FormatID(payment.PrefixEvent, id)] = time.Now()
-	}
+	committed := chargeSteadily(b, s, rate, rate*seconds)
 	wait(b.N + rate*seconds)
 	var delays []float64
 	mu.Lock()
@@ -93,4 +92,45 @@ VALUES ($1, $2, 'account', $2, 'account.created', '{"amount":100}')`, s.merchant
 	b.ReportMetric(delays[len(delays)/2], "p50-delay-ms")
 	b.ReportMetric(delays[len(delays)*99/100], "p99-delay-ms")
 	b.ReportMetric(rate, "rate/s")
+}
+
+// chargeSteadily makes n charges of s's merchant through the charge path,
+// one every 1/rate s, and returns when each was answered, by the id of its
+// charge.succeeded event.
+func chargeSteadily(b *testing.B, s bundle, rate, n int) map[string]time.Time {
+	ctx := context.Background()
+	account := payment.NewID()
+	if _, err := s.store.Pool().Exec(ctx, `
+INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 1000000000)`, s.merchant, account); err != nil {
+		b.Fatal(err)
+	}
+	path := testkit.NewService(s.store, postgres.Options{}, charging.Options{})
+	answered := map[string]time.Time{} // by the charge's id
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		r, err := path.CreateCharge(ctx, idempotency.ChargeRequest{
+			Request: idempotency.Request{MerchantID: s.merchant, Key: fmt.Sprint("delay-", i)},
+			Charge:  payment.NewCharge{AccountID: account, Amount: 1, Currency: "USD"},
+			Render:  testkit.RenderCharge,
+		})
+		at := time.Now()
+		var c struct{ ID string }
+		if err != nil || r.Status != http.StatusCreated || json.Unmarshal(r.Body, &c) != nil {
+			b.Fatalf("charge %d: %d %s, %v", i, r.Status, r.Body, err)
+		}
+		answered[c.ID] = at
+	}
+	rows, _ := s.store.Pool().Query(ctx, `
+SELECT aggregate_id, id FROM events WHERE merchant_id = $1 AND type = 'charge.succeeded'`, s.merchant)
+	byEvent := map[string]time.Time{}
+	var charge, event uuid.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&charge, &event}, func() error {
+		byEvent[payment.FormatID(payment.PrefixEvent, event)] = answered[payment.FormatID(payment.PrefixCharge, charge)]
+		return nil
+	}); err != nil || len(byEvent) != n {
+		b.Fatalf("%d charge.succeeded events of %d charges: %v", len(byEvent), n, err)
+	}
+	return byEvent
 }
