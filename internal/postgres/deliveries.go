@@ -106,14 +106,20 @@ const (
 	// lockDueEndpointsSQL locks the live enabled endpoints that have a due
 	// delivery, skipping those another claim holds: two claims never count
 	// and lease one endpoint's deliveries at once, so neither passes the
-	// per-endpoint bound.
+	// per-endpoint bound. It looks for one due delivery per endpoint in
+	// webhook_deliveries_due (a LATERAL with a LIMIT: written as EXISTS,
+	// the planner chose a semi-join that read every pending delivery, 44 ms
+	// with a backlog of 50,000).
 	lockDueEndpointsSQL = `
 SELECT e.merchant_id, e.id FROM webhook_endpoints e
-WHERE e.deleted_at IS NULL AND e.status = 'enabled'
-  AND EXISTS (
+CROSS JOIN LATERAL (
     SELECT FROM webhook_deliveries d
     WHERE d.merchant_id = e.merchant_id AND d.endpoint_id = e.id AND d.state = 'pending'
-      AND d.next_attempt_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= now()))
+      AND d.next_attempt_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= now())
+    ORDER BY d.next_attempt_at
+    LIMIT 1
+) due
+WHERE e.deleted_at IS NULL AND e.status = 'enabled'
 FOR NO KEY UPDATE OF e SKIP LOCKED`
 
 	// claimSQL, a statement of its own after lockDueEndpointsSQL (so its

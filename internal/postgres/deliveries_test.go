@@ -28,7 +28,7 @@ VALUES ($1, $2, 'account', $2, $3, '{"n":1}')`, merchant, id, eventType); err !=
 	return id
 }
 
-func addEndpoint(t *testing.T, s *Store, merchant uuid.UUID, events ...string) uuid.UUID {
+func addEndpoint(t testing.TB, s *Store, merchant uuid.UUID, events ...string) uuid.UUID {
 	t.Helper()
 	e, err := s.CreateWebhookEndpoint(context.Background(), merchant, "http://127.0.0.1:1/hook", events, "whsec_"+uuid.NewString())
 	if err != nil {

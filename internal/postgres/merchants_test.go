@@ -109,7 +109,7 @@ func newTestKey() (string, error) {
 }
 
 // openStore opens a Store on url, closed when the test ends.
-func openStore(t *testing.T, url string) *Store {
+func openStore(t testing.TB, url string) *Store {
 	t.Helper()
 	s, err := Open(context.Background(), url, Options{})
 	if err != nil {

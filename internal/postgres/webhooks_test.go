@@ -16,7 +16,7 @@ import (
 )
 
 // newMerchant registers a merchant on s for the calling test.
-func newMerchant(t *testing.T, s *Store, name string) uuid.UUID {
+func newMerchant(t testing.TB, s *Store, name string) uuid.UUID {
 	t.Helper()
 	id, _, err := s.RegisterMerchant(context.Background(), name)
 	if err != nil {
