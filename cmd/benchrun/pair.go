@@ -42,6 +42,13 @@ import (
 //	PAIR_ROUNDS (3), PAIR_SECONDS (10), PAIR_CLIENTS (16), PAIR_ACCOUNTS (1000)
 //	PAIR_RELAY             "on off" (default), "on" or "off"
 //	PAIR_EVENTS            1: time the events (with the relay on); default 0
+//	PAIR_WEBHOOK           the sides ("B", "A B") whose merchant gets a
+//	                       webhook endpoint for charge.succeeded on a loopback
+//	                       receiver of benchrun's (pair_webhook.go), with
+//	                       WEBHOOK_ALLOW_PRIVATE_NETWORKS=true: after the
+//	                       main table, a table of the deliveries (per second
+//	                       during the load, the time to deliver the rest after
+//	                       it, the delay from the transaction's start)
 //	PAIR_OUT               where every JSON line and log goes (default a new
 //	                       /tmp/bench-pair.*): A-on.jsonl, A-on-1.log, ...,
 //	                       pg-reference.txt ("tps ms" a round), window
@@ -80,6 +87,7 @@ type pairSettings struct {
 	rounds, seconds, clients, accounts int
 	relays                             []string // "on", "off"
 	events                             bool
+	webhooks                           []string // the sides with a webhook endpoint
 }
 
 // pairSide is one of the two builds.
@@ -130,6 +138,12 @@ func readPairSettings(ctx context.Context) (pairSettings, error) {
 	errs = append(errs, err)
 	s.events, err = benchrun.Flag("PAIR_EVENTS", false)
 	errs = append(errs, err)
+	s.webhooks = strings.Fields(os.Getenv("PAIR_WEBHOOK"))
+	for _, w := range s.webhooks {
+		if w != "A" && w != "B" {
+			errs = append(errs, fmt.Errorf(`PAIR_WEBHOOK must name sides, "A", "B" or "A B", got %q`, w))
+		}
+	}
 	for i, name := range []string{"A", "B"} {
 		s.sides[i] = pairSide{name: name, rev: revA, env: strings.Fields(os.Getenv("PAIR_" + name + "_ENV"))}
 		if name == "B" {

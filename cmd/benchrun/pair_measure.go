@@ -21,6 +21,9 @@ func (p *pair) run(ctx context.Context) error {
 			if err := os.WriteFile(p.resultsPath(side.name, relay), nil, 0o644); err != nil {
 				return err
 			}
+			if err := os.WriteFile(p.hookPath(side.name, relay), nil, 0o644); err != nil {
+				return err
+			}
 		}
 	}
 	refPath := filepath.Join(p.out, "pg-reference.txt")
@@ -79,9 +82,22 @@ func (p *pair) measure(ctx context.Context, side pairSide, relay string, round i
 	// the side's settings come last, so they win.
 	env := append([]string{"NATS_URL=" + p.natsURL, "METRICS_SAMPLE=15s",
 		"RELAY_ENABLED=" + strconv.FormatBool(relay == "on")}, side.env...)
+	var hooks *hookReceiver
+	if p.webhookSide(side.name) {
+		if hooks, err = startHookReceiver(); err != nil {
+			return err
+		}
+		defer hooks.close()
+		env = append(env, "WEBHOOK_ALLOW_PRIVATE_NETWORKS=true")
+	}
 	logPath := filepath.Join(p.out, fmt.Sprintf("%s-%s-%d.log", side.name, relay, round))
 	if p.svc, err = benchrun.Start(ctx, side.bin(), database, logPath, env...); err != nil {
 		return err
+	}
+	if hooks != nil {
+		if err := hooks.subscribe(ctx, p.svc.URL, merchant.APIKey); err != nil {
+			return err
+		}
 	}
 	if err := benchrun.Exec(ctx, p.admin, "CHECKPOINT"); err != nil {
 		return err
@@ -105,6 +121,11 @@ func (p *pair) measure(ctx context.Context, side pairSide, relay string, round i
 	if runErr != nil {
 		// cleanup stops the service and drops the database.
 		return fmt.Errorf("%s relay %s round %d: %w", side.name, relay, round, runErr)
+	}
+	if hooks != nil {
+		if err := p.settleHooks(ctx, hooks, database, side.name, relay, round); err != nil {
+			return err
+		}
 	}
 	p.svc.Stop()
 	p.svc = nil
@@ -182,6 +203,13 @@ func (p *pair) table(refs []string) error {
 			}
 			b.WriteString(pairRow(side.name, relay, runs, ref, p.tck))
 		}
+	}
+	if len(p.webhooks) > 0 {
+		hooks, err := p.hookTable()
+		if err != nil {
+			return err
+		}
+		b.WriteString(hooks)
 	}
 	_, err := fmt.Fprint(p.stdout, b.String())
 	return err
