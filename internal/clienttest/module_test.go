@@ -31,16 +31,7 @@ var serverDeps = []string{
 // server's dependencies in its module graph, builds, and charges the service
 // once though it sends the charge twice.
 func TestClientModuleStandsAlone(t *testing.T) {
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	goMod := fmt.Sprintf("module example.com/shop\n\n%s\n\nrequire %s v0.0.0-00010101000000-000000000000\n\nreplace %s => %s\n",
-		consumerGoLine, clientModule, clientModule, filepath.Join(repo, "client"))
-	writeFile(t, filepath.Join(dir, "go.mod"), goMod)
-	writeFile(t, filepath.Join(dir, "main.go"), readmeProgram(t, filepath.Join(repo, "README.md")))
-
+	dir := consumerModule(t, readmeProgram(t, filepath.Join(repoRoot(t), "README.md")))
 	goCmd(t, dir, "mod", "tidy")
 	tidied, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 	if err != nil {
@@ -84,6 +75,29 @@ func TestClientModuleStandsAlone(t *testing.T) {
 	if balance != 7_500 {
 		t.Errorf("balance %d in the ledger, want 7500", balance)
 	}
+}
+
+// repoRoot is the repository's directory.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
+// consumerModule writes program as main.go of a scratch module, outside the
+// repository, that requires only the client module: through a replace to the
+// checkout, since nothing is published. It returns the module's directory.
+func consumerModule(t *testing.T, program string) string {
+	t.Helper()
+	dir := t.TempDir()
+	goMod := fmt.Sprintf("module example.com/shop\n\n%s\n\nrequire %s v0.0.0-00010101000000-000000000000\n\nreplace %s => %s\n",
+		consumerGoLine, clientModule, clientModule, filepath.Join(repoRoot(t), "client"))
+	writeFile(t, filepath.Join(dir, "go.mod"), goMod)
+	writeFile(t, filepath.Join(dir, "main.go"), program)
+	return dir
 }
 
 // readmeProgram is the Go code block of README.md's "Go client" section that
