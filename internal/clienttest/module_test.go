@@ -143,3 +143,42 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// receiverMarker is the line of README.md, an HTML comment that renders as
+// nothing, right above the Webhooks section's receiver.
+const receiverMarker = "<!-- webhook-receiver: TestREADMEWebhookReceiverBuilds (internal/clienttest) builds the go block below -->"
+
+// TestREADMEWebhookReceiverBuilds keeps the README's webhook receiver true:
+// the go block under its marker, as it stands, is a program that go vet
+// passes and go build builds in a scratch module that requires only the
+// client module.
+func TestREADMEWebhookReceiverBuilds(t *testing.T) {
+	dir := consumerModule(t, readmeMarkedBlock(t, filepath.Join(repoRoot(t), "README.md"), receiverMarker))
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "vet", ".")
+	goCmd(t, dir, "build", "-o", "receiver", ".")
+}
+
+// readmeMarkedBlock is the go code block that follows the line marker in the
+// README at path, directly. It fails the test if the marker is not there
+// exactly once, or no go block follows it.
+func readmeMarkedBlock(t *testing.T, path, marker string) string {
+	t.Helper()
+	readme, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(string(readme), "\n"+marker+"\n")
+	if len(parts) != 2 {
+		t.Fatalf("%s holds the line %q %d times, want once: the test cannot find the block it builds", path, marker, len(parts)-1)
+	}
+	code, ok := strings.CutPrefix(parts[1], "```go\n")
+	if !ok {
+		t.Fatalf("%s: the line after %q is not a go block (```go)", path, marker)
+	}
+	code, _, ok = strings.Cut(code, "\n```\n")
+	if !ok {
+		t.Fatalf("%s: the go block after %q never ends", path, marker)
+	}
+	return code + "\n"
+}
