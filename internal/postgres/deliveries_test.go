@@ -16,17 +16,11 @@ import (
 	"github.com/exactlyonce/payments/internal/testkit/webhooktest"
 )
 
-// addEvent writes an event of the merchant as the store does (tx_id and seq
-// from their defaults), without the money movement behind it.
+// addEvent writes an event of the merchant, without the money movement
+// behind it.
 func addEvent(t *testing.T, s *Store, merchant uuid.UUID, eventType string) uuid.UUID {
 	t.Helper()
-	id := payment.NewID()
-	if _, err := s.Pool().Exec(context.Background(), `
-INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
-VALUES ($1, $2, 'account', $2, $3, '{"n":1}')`, merchant, id, eventType); err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return webhooktest.AddEvent(t, s.Pool(), merchant, eventType)
 }
 
 func addEndpoint(t *testing.T, s *Store, merchant uuid.UUID, events ...string) uuid.UUID {

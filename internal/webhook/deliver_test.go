@@ -101,17 +101,11 @@ func endpoint(t testing.TB, s *postgres.Store, merchant uuid.UUID, url string, e
 	return e
 }
 
-// event writes an event of the merchant as the store does, without the
-// money movement behind it, and returns its id as the API shows it.
+// event writes an event of the merchant, without the money movement behind
+// it, and returns its id as the API shows it.
 func event(t *testing.T, s *postgres.Store, merchant uuid.UUID, eventType string) string {
 	t.Helper()
-	id := payment.NewID()
-	if _, err := s.Pool().Exec(context.Background(), `
-INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
-VALUES ($1, $2, 'account', $2, $3, '{"amount":100}')`, merchant, id, eventType); err != nil {
-		t.Fatal(err)
-	}
-	return payment.FormatID(payment.PrefixEvent, id)
+	return payment.FormatID(payment.PrefixEvent, webhooktest.AddEvent(t, s.Pool(), merchant, eventType))
 }
 
 // start runs a Deliverer on s until the test ends: local receivers allowed,

@@ -1,7 +1,8 @@
-// Package webhooktest reads what webhook delivery recorded, for the tests of
-// the store (internal/postgres) and of the Deliverer (internal/webhook). It
-// imports nothing of this module, so that the store's own tests may use it:
-// internal/testkit imports the store.
+// Package webhooktest writes the events webhook delivery starts from and
+// reads what it recorded, for the tests of the store (internal/postgres) and
+// of the Deliverer (internal/webhook). It imports nothing of this module but
+// the domain, so that the store's own tests may use it: internal/testkit
+// imports the store.
 package webhooktest
 
 import (
@@ -11,6 +12,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // Attempt is a row of webhook_attempts as tests compare them: the status the
@@ -31,7 +35,22 @@ func (a Attempt) String() string {
 
 // Querier is what a pool, a connection and a transaction offer.
 type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// AddEvent writes an event of the merchant's as the store does (tx_id and
+// seq from their defaults), without the money movement behind it, and
+// returns its id.
+func AddEvent(t testing.TB, db Querier, merchant uuid.UUID, eventType string) uuid.UUID {
+	t.Helper()
+	id := payment.NewID()
+	if _, err := db.Exec(context.Background(), `
+INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
+VALUES ($1, $2, 'account', $2, $3, '{"amount":100}')`, merchant, id, eventType); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // Attempts reads an endpoint's recorded attempts straight from the table,
