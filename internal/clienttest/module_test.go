@@ -31,7 +31,7 @@ var serverDeps = []string{
 // server's dependencies in its module graph, builds, and charges the service
 // once though it sends the charge twice.
 func TestClientModuleStandsAlone(t *testing.T) {
-	dir := consumerModule(t, readmeProgram(t, filepath.Join(repoRoot(t), "README.md")))
+	dir := consumerModule(t, readmeMarkedBlock(t, filepath.Join(repoRoot(t), "README.md"), programMarker))
 	goCmd(t, dir, "mod", "tidy")
 	tidied, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 	if err != nil {
@@ -100,29 +100,6 @@ func consumerModule(t *testing.T, program string) string {
 	return dir
 }
 
-// readmeProgram is the Go code block of README.md's "Go client" section that
-// is a whole program.
-func readmeProgram(t *testing.T, path string) string {
-	t.Helper()
-	readme, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "\n## Go client\n")
-	if !ok {
-		t.Fatal(`README.md has no "## Go client" section`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	for _, block := range strings.Split(section, "```go\n")[1:] {
-		code, _, _ := strings.Cut(block, "```")
-		if strings.HasPrefix(code, "package main\n") {
-			return code
-		}
-	}
-	t.Fatal(`README.md's "Go client" section has no complete program (a go block starting "package main")`)
-	return ""
-}
-
 // goCmd runs the go command in dir as a module outside any workspace, and
 // returns its output.
 func goCmd(t *testing.T, dir string, args ...string) string {
@@ -144,9 +121,13 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// receiverMarker is the line of README.md, an HTML comment that renders as
-// nothing, right above the Webhooks section's receiver.
-const receiverMarker = "<!-- webhook-receiver: TestREADMEWebhookReceiverBuilds (internal/clienttest) builds the go block below -->"
+// The lines of README.md, HTML comments that render as nothing, right above
+// the go blocks these tests build: the Go client section's program and the
+// Webhooks section's receiver.
+const (
+	programMarker  = "<!-- go-client-program: TestClientModuleStandsAlone (internal/clienttest) builds and runs the go block below -->"
+	receiverMarker = "<!-- webhook-receiver: TestREADMEWebhookReceiverBuilds (internal/clienttest) builds the go block below -->"
+)
 
 // TestREADMEWebhookReceiverBuilds keeps the README's webhook receiver true:
 // the go block under its marker, as it stands, is a program that go vet
