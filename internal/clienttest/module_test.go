@@ -31,16 +31,7 @@ var serverDeps = []string{
 // server's dependencies in its module graph, builds, and charges the service
 // once though it sends the charge twice.
 func TestClientModuleStandsAlone(t *testing.T) {
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	goMod := fmt.Sprintf("module example.com/shop\n\n%s\n\nrequire %s v0.0.0-00010101000000-000000000000\n\nreplace %s => %s\n",
-		consumerGoLine, clientModule, clientModule, filepath.Join(repo, "client"))
-	writeFile(t, filepath.Join(dir, "go.mod"), goMod)
-	writeFile(t, filepath.Join(dir, "main.go"), readmeProgram(t, filepath.Join(repo, "README.md")))
-
+	dir := consumerModule(t, readmeMarkedBlock(t, filepath.Join(repoRoot(t), "README.md"), programMarker))
 	goCmd(t, dir, "mod", "tidy")
 	tidied, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 	if err != nil {
@@ -86,27 +77,27 @@ func TestClientModuleStandsAlone(t *testing.T) {
 	}
 }
 
-// readmeProgram is the Go code block of README.md's "Go client" section that
-// is a whole program.
-func readmeProgram(t *testing.T, path string) string {
+// repoRoot is the repository's directory.
+func repoRoot(t *testing.T) string {
 	t.Helper()
-	readme, err := os.ReadFile(path)
+	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n## Go client\n")
-	if !ok {
-		t.Fatal(`README.md has no "## Go client" section`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	for _, block := range strings.Split(section, "```go\n")[1:] {
-		code, _, _ := strings.Cut(block, "```")
-		if strings.HasPrefix(code, "package main\n") {
-			return code
-		}
-	}
-	t.Fatal(`README.md's "Go client" section has no complete program (a go block starting "package main")`)
-	return ""
+	return repo
+}
+
+// consumerModule writes program as main.go of a scratch module, outside the
+// repository, that requires only the client module: through a replace to the
+// checkout, since nothing is published. It returns the module's directory.
+func consumerModule(t *testing.T, program string) string {
+	t.Helper()
+	dir := t.TempDir()
+	goMod := fmt.Sprintf("module example.com/shop\n\n%s\n\nrequire %s v0.0.0-00010101000000-000000000000\n\nreplace %s => %s\n",
+		consumerGoLine, clientModule, clientModule, filepath.Join(repoRoot(t), "client"))
+	writeFile(t, filepath.Join(dir, "go.mod"), goMod)
+	writeFile(t, filepath.Join(dir, "main.go"), program)
+	return dir
 }
 
 // goCmd runs the go command in dir as a module outside any workspace, and
@@ -128,4 +119,47 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The lines of README.md, HTML comments that render as nothing, right above
+// the go blocks these tests build: the Go client section's program and the
+// Webhooks section's receiver.
+const (
+	programMarker  = "<!-- go-client-program: TestClientModuleStandsAlone (internal/clienttest) builds and runs the go block below -->"
+	receiverMarker = "<!-- webhook-receiver: TestREADMEWebhookReceiverBuilds (internal/clienttest) builds the go block below -->"
+)
+
+// TestREADMEWebhookReceiverBuilds keeps the README's webhook receiver true:
+// the go block under its marker, as it stands, is a program that go vet
+// passes and go build builds in a scratch module that requires only the
+// client module.
+func TestREADMEWebhookReceiverBuilds(t *testing.T) {
+	dir := consumerModule(t, readmeMarkedBlock(t, filepath.Join(repoRoot(t), "README.md"), receiverMarker))
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "vet", ".")
+	goCmd(t, dir, "build", "-o", "receiver", ".")
+}
+
+// readmeMarkedBlock is the go code block that follows the line marker in the
+// README at path, directly. It fails the test if the marker is not there
+// exactly once, or no go block follows it.
+func readmeMarkedBlock(t *testing.T, path, marker string) string {
+	t.Helper()
+	readme, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(string(readme), "\n"+marker+"\n")
+	if len(parts) != 2 {
+		t.Fatalf("%s holds the line %q %d times, want once: the test cannot find the block it builds", path, marker, len(parts)-1)
+	}
+	code, ok := strings.CutPrefix(parts[1], "```go\n")
+	if !ok {
+		t.Fatalf("%s: the line after %q is not a go block (```go)", path, marker)
+	}
+	code, _, ok = strings.Cut(code, "\n```\n")
+	if !ok {
+		t.Fatalf("%s: the go block after %q never ends", path, marker)
+	}
+	return code + "\n"
 }

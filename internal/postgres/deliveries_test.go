@@ -13,19 +13,14 @@ import (
 
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit/webhooktest"
 )
 
-// addEvent writes an event of the merchant as the store does (tx_id and seq
-// from their defaults), without the money movement behind it.
+// addEvent writes an event of the merchant, without the money movement
+// behind it.
 func addEvent(t *testing.T, s *Store, merchant uuid.UUID, eventType string) uuid.UUID {
 	t.Helper()
-	id := payment.NewID()
-	if _, err := s.Pool().Exec(context.Background(), `
-INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
-VALUES ($1, $2, 'account', $2, $3, '{"n":1}')`, merchant, id, eventType); err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return webhooktest.AddEvent(t, s.Pool(), merchant, eventType)
 }
 
 func addEndpoint(t testing.TB, s *Store, merchant uuid.UUID, events ...string) uuid.UUID {
@@ -233,27 +228,6 @@ func TestClaimDeliveries(t *testing.T) {
 	}
 }
 
-// attempts reads an endpoint's recorded attempts, oldest first: status, or
-// the error.
-func attempts(t *testing.T, s *Store, endpoint uuid.UUID) []string {
-	t.Helper()
-	rows, err := s.Pool().Query(context.Background(), `
-SELECT coalesce(status::text, error) FROM webhook_attempts WHERE endpoint_id = $1 ORDER BY attempted_at, id`, endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var a string
-		if err := rows.Scan(&a); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
 // TestRecordAttempt: a failure schedules the next attempt; a claim whose
 // lease expired and was taken by another records its attempt but settles
 // nothing; a 2xx delivers; failing for the whole retry period abandons the
@@ -304,7 +278,7 @@ func TestRecordAttempt(t *testing.T) {
 	if state, err := s.RecordAttempt(ctx, retry, payment.WebhookAttempt{At: time.Now(), Status: 200}); err != nil || state != payment.DeliveryDelivered {
 		t.Errorf("a 200 = %q, %v; want delivered", state, err)
 	}
-	if got, want := attempts(t, s, endpoint), []string{"timeout", "500", "200"}; !slices.Equal(got, want) {
+	if got, want := webhooktest.Attempts(t, s.Pool(), endpoint), []webhooktest.Attempt{{Error: "timeout"}, {Status: 500}, {Status: 200}}; !slices.Equal(got, want) {
 		t.Errorf("attempts %v, want %v", got, want)
 	}
 

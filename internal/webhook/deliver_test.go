@@ -19,6 +19,7 @@ import (
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/testkit/webhooktest"
 	"github.com/exactlyonce/payments/internal/webhook"
 )
 
@@ -100,17 +101,11 @@ func endpoint(t testing.TB, s *postgres.Store, merchant uuid.UUID, url string, e
 	return e
 }
 
-// event writes an event of the merchant as the store does, without the
-// money movement behind it, and returns its id as the API shows it.
+// event writes an event of the merchant, without the money movement behind
+// it, and returns its id as the API shows it.
 func event(t *testing.T, s *postgres.Store, merchant uuid.UUID, eventType string) string {
 	t.Helper()
-	id := payment.NewID()
-	if _, err := s.Pool().Exec(context.Background(), `
-INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
-VALUES ($1, $2, 'account', $2, $3, '{"amount":100}')`, merchant, id, eventType); err != nil {
-		t.Fatal(err)
-	}
-	return payment.FormatID(payment.PrefixEvent, id)
+	return payment.FormatID(payment.PrefixEvent, webhooktest.AddEvent(t, s.Pool(), merchant, eventType))
 }
 
 // start runs a Deliverer on s until the test ends: local receivers allowed,
@@ -145,27 +140,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 	}
-}
-
-// attempts reads an endpoint's recorded attempts, oldest first: the status,
-// or "error".
-func attempts(t *testing.T, s *postgres.Store, endpoint uuid.UUID) []string {
-	t.Helper()
-	rows, err := s.Pool().Query(context.Background(), `
-SELECT coalesce(status::text, 'error') FROM webhook_attempts WHERE endpoint_id = $1 ORDER BY attempted_at, id`, endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var a string
-		if err := rows.Scan(&a); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	return out
 }
 
 // eventIDs returns the Payments-Event-Id of each request.
@@ -217,8 +191,8 @@ func TestDeliverySigned(t *testing.T) {
 			t.Errorf("delivery %d: verified with another secret", i)
 		}
 	}
-	waitFor(t, "both attempts are recorded", func() bool { return len(attempts(t, b.store, e.ID)) == 2 })
-	if a := attempts(t, b.store, e.ID); !slices.Equal(a, []string{"204", "204"}) {
+	waitFor(t, "both attempts are recorded", func() bool { return len(webhooktest.Attempts(t, b.store.Pool(), e.ID)) == 2 })
+	if a := webhooktest.Attempts(t, b.store.Pool(), e.ID); !slices.Equal(a, []webhooktest.Attempt{{Status: 204}, {Status: 204}}) {
 		t.Errorf("attempts %v, want two 204s", a)
 	}
 }
@@ -239,7 +213,7 @@ func TestDeliveryRetried(t *testing.T) {
 	id := event(t, b.store, b.merchant, payment.EventChargeSucceeded)
 	start(t, b.store, webhook.Options{})
 
-	waitFor(t, "the attempts are recorded", func() bool { return len(attempts(t, b.store, e.ID)) >= 2 })
+	waitFor(t, "the attempts are recorded", func() bool { return len(webhooktest.Attempts(t, b.store.Pool(), e.ID)) >= 2 })
 	got := rcv.requests()
 	if ids := eventIDs(got); !slices.Equal(ids, []string{id, id}) {
 		t.Fatalf("requests %v, want %s twice", ids, id)
@@ -249,7 +223,7 @@ func TestDeliveryRetried(t *testing.T) {
 			t.Errorf("attempt %d: VerifyWebhook: %v", i+1, err)
 		}
 	}
-	if a := attempts(t, b.store, e.ID); !slices.Equal(a, []string{"500", "200"}) {
+	if a := webhooktest.Attempts(t, b.store.Pool(), e.ID); !slices.Equal(a, []webhooktest.Attempt{{Status: 500}, {Status: 200}}) {
 		t.Errorf("attempts %v, want 500 then 200", a)
 	}
 }
@@ -322,11 +296,11 @@ func TestDeadEndpointDelaysNoOther(t *testing.T) {
 	start(t, b.store, webhook.Options{PerEndpoint: 2, InFlight: 6, Timeout: 5 * time.Second})
 
 	waitFor(t, "the healthy endpoint has every event", func() bool { return len(healthy.requests()) >= events })
-	if a := attempts(t, b.store, hung.ID); len(a) != 0 {
+	if a := webhooktest.Attempts(t, b.store.Pool(), hung.ID); len(a) != 0 {
 		t.Errorf("the hanging endpoint's attempts %v already ended: the test proves nothing", a)
 	}
-	waitFor(t, "the dead endpoint's failures are recorded", func() bool { return len(attempts(t, b.store, dead.ID)) > 0 })
-	if a := attempts(t, b.store, dead.ID); a[0] != "error" {
+	waitFor(t, "the dead endpoint's failures are recorded", func() bool { return len(webhooktest.Attempts(t, b.store.Pool(), dead.ID)) > 0 })
+	if a := webhooktest.Attempts(t, b.store.Pool(), dead.ID); a[0].Status != 0 || a[0].Error == "" {
 		t.Errorf("the dead endpoint's attempts %v, want errors", a)
 	}
 }
