@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -88,6 +89,29 @@ func (r *hookReceiver) listen(t *testing.T, addr string) *httptest.Server {
 	return srv
 }
 
+// threeEndpoints starts a hookReceiver on a local port with the endpoints of
+// the webhook scenarios on it: m's /all (every event) and /charges
+// (charge.succeeded), made with c, and other's /other (every event), made with
+// oc. One request in eight is held 300 ms to 1 s, so that a fault finds one
+// in flight; the others are answered at once, so each endpoint has few in
+// flight at a fault, and the rest of its 4 slots deliver on while the cut
+// ones wait for their lease to end.
+func threeEndpoints(t *testing.T, ctx context.Context, c *client, m merchant, oc *client, other merchant) (*hookReceiver, []hookEndpoint) {
+	t.Helper()
+	recv := &hookReceiver{hold: func() time.Duration {
+		if rand.IntN(8) > 0 {
+			return 0
+		}
+		return 300*time.Millisecond + rand.N(700*time.Millisecond)
+	}}
+	base := recv.listen(t, "127.0.0.1:0").URL
+	return recv, []hookEndpoint{
+		mustEndpoint(t, ctx, c, m, recv, base, "/all", "*"),
+		mustEndpoint(t, ctx, c, m, recv, base, "/charges", "charge.succeeded"),
+		mustEndpoint(t, ctx, oc, other, recv, base, "/other", "*"),
+	}
+}
+
 // hookEndpoint is a webhook endpoint the scenario created, with what it
 // needs to judge the endpoint's deliveries.
 type hookEndpoint struct {
@@ -110,6 +134,10 @@ func mustEndpoint(t *testing.T, ctx context.Context, c *client, m merchant, recv
 	}
 	return hookEndpoint{id: we.Id, secret: *we.Secret, merchantID: m.ID, events: events, path: path, recv: recv}
 }
+
+// deliveriesInFlight is the Deliverer's bound on attempts in flight, in all
+// (webhook.Options.InFlight's default, which serve keeps).
+const deliveriesInFlight = 32
 
 // awaitDeliveries waits up to bound until the fan-out has made a delivery
 // for every event every live endpoint subscribes to and none is pending any
@@ -156,8 +184,8 @@ func (v hookVerdict) violations() int { return v.foreign + v.badSigs + v.phantom
 
 // judgeHooks holds each endpoint's receiver against the database: every
 // event of its merchant it subscribes to reached it and was answered 2xx at
-// least once, signed
-// with its secret (the Go client's VerifyWebhook), and nothing else did; every
+// least once, signed with its secret (the Go client's VerifyWebhook), and
+// nothing else did; every
 // attempt recorded with an HTTP status was received, and every delivery marked
 // delivered has a recorded 2xx attempt. It fails t for each problem.
 func judgeHooks(t *testing.T, ctx context.Context, db *pgxpool.Pool, endpoints []hookEndpoint) hookVerdict {
