@@ -172,6 +172,7 @@ type hookVerdict struct {
 	lost       int // events an endpoint subscribes to that never reached it
 	duplicates int // requests answered 2xx beyond one per event and endpoint (at least once allows them)
 	foreign    int // requests of events not the endpoint's merchant's or not subscribed to
+	ghosts     int // requests of events the database does not have (one a failover lost, say)
 	badSigs    int // requests the client's VerifyWebhook refused, or whose body is another event
 	failures   int // attempts recorded with an error or a status other than 2xx
 	unrecorded int // requests received with no attempt recorded: cut by a kill
@@ -180,12 +181,14 @@ type hookVerdict struct {
 }
 
 // violations counts the broken invariants (lost deliveries apart).
-func (v hookVerdict) violations() int { return v.foreign + v.badSigs + v.phantoms + v.notDone }
+func (v hookVerdict) violations() int {
+	return v.foreign + v.ghosts + v.badSigs + v.phantoms + v.notDone
+}
 
 // judgeHooks holds each endpoint's receiver against the database: every
 // event of its merchant it subscribes to reached it and was answered 2xx at
 // least once, signed with its secret (the Go client's VerifyWebhook), and
-// nothing else did; every
+// nothing else did (not even an event the database does not have); every
 // attempt recorded with an HTTP status was received, and every delivery marked
 // delivered has a recorded 2xx attempt. It fails t for each problem.
 func judgeHooks(t *testing.T, ctx context.Context, db *pgxpool.Pool, endpoints []hookEndpoint) hookVerdict {
@@ -212,7 +215,12 @@ func judgeHooks(t *testing.T, ctx context.Context, db *pgxpool.Pool, endpoints [
 			v.duplicates += n - 1
 		}
 		for id := range got {
-			if !want[id] {
+			switch {
+			case want[id]:
+			case !eventExists(t, ctx, db, id):
+				v.ghosts++
+				t.Errorf("endpoint %s received %s, an event the database does not have", e.path, id)
+			default:
 				v.foreign++
 				t.Errorf("endpoint %s (events %v) received %s, not one of its merchant's events it subscribes to", e.path, e.events, id)
 			}
@@ -270,6 +278,18 @@ func subscribedEvents(t *testing.T, ctx context.Context, db *pgxpool.Pool, e hoo
 	}
 	must(t, rows.Err(), "read events")
 	return want
+}
+
+// eventExists reports whether the database has the event of public id id.
+func eventExists(t *testing.T, ctx context.Context, db *pgxpool.Pool, id string) bool {
+	t.Helper()
+	uid, err := uuid.Parse(strings.TrimPrefix(id, "evt_"))
+	if err != nil {
+		return false // a request with no event id, or a made-up one
+	}
+	var exists bool
+	must(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE id = $1)`, uid).Scan(&exists), "look for event %s", id)
+	return exists
 }
 
 // recordedAttempts returns, per event, how many of e's recorded attempts
