@@ -38,12 +38,14 @@ type hookReceiver struct {
 type hookRequest struct {
 	eventID, signature string
 	body               []byte
-	status             int // what the receiver answered (or began to)
+	status             int       // what the receiver answered (or began to)
+	at                 time.Time // when it arrived
 }
 
 func (r *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.inFlight.Add(1)
 	defer r.inFlight.Add(-1)
+	at := time.Now()
 	body, _ := io.ReadAll(req.Body)
 	status := int(r.status.Load())
 	if status == 0 {
@@ -54,7 +56,7 @@ func (r *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.got = map[string][]hookRequest{}
 	}
 	r.got[req.URL.Path] = append(r.got[req.URL.Path], hookRequest{
-		eventID: req.Header.Get(webhook.EventIDHeader), signature: req.Header.Get(webhook.SignatureHeader), body: body, status: status,
+		eventID: req.Header.Get(webhook.EventIDHeader), signature: req.Header.Get(webhook.SignatureHeader), body: body, status: status, at: at,
 	})
 	r.mu.Unlock()
 	if r.hold != nil {
