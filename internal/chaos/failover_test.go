@@ -269,6 +269,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	// the service could not charge.
 	time.Sleep(before)
 	at, faultAt, watch, faultErr := settleAndFault(t, ctx, cl, c, hooks.whileHeld(sc.fault))
+	faultAt = hooks.struck(faultAt)
 	var recovery time.Duration
 	if faultErr == nil {
 		acct := accounts[0]

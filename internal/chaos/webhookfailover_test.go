@@ -51,6 +51,7 @@ type failoverHooks struct {
 	otherAcct  string
 	unresolved atomic.Int64 // charge's charges without a definite answer
 	held       atomic.Int64 // requests the receiver had in flight at the fault
+	struckAt   time.Time    // when whileHeld, done waiting, began the fault
 }
 
 // startHooks makes the endpoints of s's two merchants on svc, with c the
@@ -112,15 +113,27 @@ func (h *failoverHooks) whileHeld(fault func(*testing.T, context.Context, *clust
 		return fault
 	}
 	return func(t *testing.T, ctx context.Context, c *cluster, at settled) error {
-		for wait := time.Now().Add(20 * time.Second); h.recv.inFlight.Load() == 0 && time.Now().Before(wait); {
+		began := time.Now()
+		for h.recv.inFlight.Load() == 0 && time.Since(began) < 20*time.Second {
 			time.Sleep(time.Millisecond)
 		}
 		h.held.Store(h.recv.inFlight.Load())
 		if h.held.Load() == 0 {
 			t.Error("the receiver had no delivery request in flight in the 20 s before the fault: the fault missed what the scenario is about")
 		}
+		t.Logf("%d delivery requests in flight at the receiver, %v after the cluster settled", h.held.Load(), time.Since(began).Round(time.Millisecond))
+		h.struckAt = time.Now()
 		return fault(t, ctx, c, at)
 	}
+}
+
+// struck returns when the fault began: began (settleAndFault's), or later
+// when whileHeld waited for a request in flight before it.
+func (h *failoverHooks) struck(began time.Time) time.Time {
+	if h == nil || h.struckAt.Before(began) {
+		return began
+	}
+	return h.struckAt
 }
 
 // await waits, while the service still runs, until every delivery is
