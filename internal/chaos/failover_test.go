@@ -183,6 +183,13 @@ type failoverScenario struct {
 	primaryLost bool
 	// mustLog, if set, is what the service must have logged at least once.
 	mustLog string
+	// pace, if set, makes each client wait up to pace (at random) between
+	// charges.
+	pace time.Duration
+	// webhooks adds webhook endpoints on a local receiver, a second merchant
+	// charging beside the first, and faults with a delivery request held
+	// (failoverHooks).
+	webhooks bool
 }
 
 func runFailover(t *testing.T, sc failoverScenario) {
@@ -193,13 +200,21 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		before  = scale(3*time.Second, 20*time.Second) // load before the fault
 		after   = scale(5*time.Second, 40*time.Second) // load once the first charge after it is decided
 	)
-	s := startScenario(t, scale(3*time.Minute, 10*time.Minute), cl.newDatabase, "failover")
+	names, extra := []string{"failover"}, []string{"COMMIT_WAIT=2s"}
+	if sc.webhooks {
+		names, extra = append(names, "failover-other"), append(extra, "WEBHOOK_ALLOW_PRIVATE_NETWORKS=true")
+	}
+	s := startScenario(t, scale(3*time.Minute, 10*time.Minute), cl.newDatabase, names...)
 	ctx, bin, dbURL, m, record := s.ctx, s.bin, s.dbURL, s.merchants[0], s.record
 	natsURL := testkit.StartNATS(t).URL()
-	svc := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: []string{"COMMIT_WAIT=2s"}})
+	svc := newService(t, bin, serviceConfig{databaseURL: dbURL, natsURL: natsURL, extra: extra})
 	c := newClient(t, m.APIKey, "failover-key-", func(int) string { return svc.url() })
 	if sc.clientTimeout > 0 {
 		c.http.Timeout = sc.clientTimeout
+	}
+	var hooks *failoverHooks // nil unless sc.webhooks
+	if sc.webhooks {
+		hooks = startHooks(t, s, c, svc)
 	}
 
 	var accounts []string
@@ -241,15 +256,20 @@ func runFailover(t *testing.T, sc failoverScenario) {
 					continue
 				}
 				record(o)
+				if sc.pace > 0 {
+					time.Sleep(rand.N(sc.pace))
+				}
 			}
 		}()
 	}
+	hooks.charge(ctx, stop, &wg, sc.pace)
 
 	// The fault, on a settled cluster and a ready service, then one charge
 	// driven from the moment it is done: the time to its answer is the time
 	// the service could not charge.
 	time.Sleep(before)
-	at, faultAt, watch, faultErr := settleAndFault(t, ctx, cl, c, sc.fault)
+	at, faultAt, watch, faultErr := settleAndFault(t, ctx, cl, c, hooks.whileHeld(sc.fault))
+	faultAt = hooks.struck(faultAt)
 	var recovery time.Duration
 	if faultErr == nil {
 		acct := accounts[0]
@@ -299,7 +319,9 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		}
 	}
 
+	drain := hooks.await(t, ctx, s.db)
 	end := s.judge(t, svc, natsURL, c)
+	hv := hooks.judge(t, ctx, s.db, faultAt, drain)
 	notConfirmed := strings.Count(svc.logs.String(), "commit not confirmed")
 	if sc.mustLog != "" && !strings.Contains(svc.logs.String(), sc.mustLog) {
 		var failures []string
@@ -320,11 +342,11 @@ func runFailover(t *testing.T, sc failoverScenario) {
 
 	summary{
 		scenario:   sc.name,
-		requests:   st.requests.Load(),
-		faults:     sc.faults + "; first charge after " + recovery.Round(100*time.Millisecond).String(),
+		requests:   st.requests.Load() + hv.requests,
+		faults:     sc.faults + "; first charge after " + recovery.Round(100*time.Millisecond).String() + hv.faults,
 		duplicates: end.audit.duplicateCharges,
-		lost:       end.lost(),
-		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()),
+		lost:       end.lost() + hv.lost,
+		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()) + hv.violations,
 		command:    reproduceHA(t.Name()),
 	}.log(t, time.Since(s.began))
 }
