@@ -144,6 +144,9 @@ type WebhookDelivery struct {
 // WebhookAttempt is what became of one attempt of a delivery, and what
 // follows a failure.
 type WebhookAttempt struct {
+	// ID names the attempt in the record: recording it again (after a
+	// commit whose answer was lost) records it once.
+	ID uuid.UUID
 	// At is when the POST started; Latency how long it took to its answer
 	// or its failure.
 	At      time.Time

@@ -205,7 +205,8 @@ func (s *Deliveries) ClaimDeliveries(ctx context.Context, perEndpoint, total int
 const (
 	insertAttemptSQL = `
 INSERT INTO webhook_attempts (merchant_id, endpoint_id, id, event_id, attempted_at, status, error, latency_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT DO NOTHING`
 
 	// settleSQL settles the delivery if the claim $4 still holds it: a
 	// 2xx ($6) delivers it; a failure schedules the next attempt $7 from
@@ -247,16 +248,22 @@ RETURNING ` + endpointColumns
 // disabled. It returns the delivery's state after it (a payment.Delivery*
 // constant), or "" when the claim no longer held it (its lease expired and
 // another claim took it, or it was settled meanwhile): the attempt is
-// recorded then too, and the delivery left to the claim that holds it. The
-// error wraps payment.ErrUnavailable when the database fails.
+// recorded then too, and the delivery left to the claim that holds it. An
+// attempt recorded again under its ID (after a commit whose answer was lost)
+// is recorded once, and settles nothing more: its claim no longer holds the
+// delivery. An attempt without an ID is given one. The error wraps
+// payment.ErrUnavailable when the database fails.
 func (s *Deliveries) RecordAttempt(ctx context.Context, d payment.WebhookDelivery, a payment.WebhookAttempt) (string, error) {
 	code, errText := attemptResult(a)
+	if a.ID == uuid.Nil {
+		a.ID = payment.NewID()
+	}
 	var (
 		state  string
 		events int // the webhook_endpoint.disabled event, when written
 	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, insertAttemptSQL, d.MerchantID, d.EndpointID, payment.NewID(), d.EventID,
+		if _, err := tx.Exec(ctx, insertAttemptSQL, d.MerchantID, d.EndpointID, a.ID, d.EventID,
 			a.At, code, errText, a.Latency.Milliseconds()); err != nil {
 			return fmt.Errorf("insert attempt: %w", err)
 		}

@@ -245,15 +245,10 @@ func (d *Deliverer) attempt(ctx context.Context, dl payment.WebhookDelivery) {
 			"attempt", dl.Attempt, "status", a.Status, "error", a.Error, "retry_in", a.RetryIn)
 	}
 	a.RetryFor = d.opts.RetryFor
-	// The attempt was made: record it even if ctx ends meanwhile.
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	state, err := d.store.RecordAttempt(recordCtx, dl, a)
+	state, err := d.record(ctx, dl, a)
 	if err != nil {
-		d.records.Failed(err)
 		return
 	}
-	d.records.Succeeded()
 	if state == payment.DeliveryAbandoned {
 		d.Stats.Abandoned.Add(1)
 		d.log.Warn("webhooks: delivery abandoned after the retry period; endpoint disabled",
@@ -261,10 +256,42 @@ func (d *Deliverer) attempt(ctx context.Context, dl payment.WebhookDelivery) {
 	}
 }
 
+// recordFor is how long a Deliverer tries to record an attempt it made
+// while the database fails: longer than a failover takes, so that one loses
+// no attempt from the record. Meanwhile the attempt holds its slot.
+const recordFor = time.Minute
+
+// record records the attempt, even if ctx ends meanwhile (it was made),
+// trying again with the service's backoff while the store fails, for
+// recordFor or until ctx ends. Each failure is logged as part of one
+// outage. The attempt's ID makes a repeat after a lost answer harmless.
+func (d *Deliverer) record(ctx context.Context, dl payment.WebhookDelivery, a payment.WebhookAttempt) (string, error) {
+	deadline := time.Now().Add(recordFor)
+	for try := 0; ; try++ {
+		recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		state, err := d.store.RecordAttempt(recordCtx, dl, a)
+		cancel()
+		if err == nil {
+			d.records.Succeeded()
+			return state, nil
+		}
+		d.records.Failed(err)
+		wait := retry.Default.Wait(try)
+		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(wait):
+		}
+	}
+}
+
 // post sends the delivery once, signed now, and says what became of it.
 func (d *Deliverer) post(ctx context.Context, dl payment.WebhookDelivery) payment.WebhookAttempt {
 	start := time.Now()
-	a := payment.WebhookAttempt{At: start}
+	a := payment.WebhookAttempt{ID: payment.NewID(), At: start}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Body))
 	if err != nil {
 		a.Error = "the endpoint's URL cannot be requested"

@@ -110,7 +110,7 @@ func event(t *testing.T, s *postgres.Store, merchant uuid.UUID, eventType string
 
 // start runs a Deliverer on s until the test ends: local receivers allowed,
 // polling often, and every retry due at once.
-func start(t testing.TB, s *postgres.Store, opts webhook.Options) {
+func start(t testing.TB, s webhook.Store, opts webhook.Options) {
 	t.Helper()
 	opts.AllowPrivate = true
 	opts.Poll = 10 * time.Millisecond
