@@ -35,8 +35,10 @@ const fanOutLockKey = 0x7061796d_7768666f // "paymwhfo"
 // deliveries and the cursor commit together: a crash repeats nothing and
 // skips nothing. It returns how many deliveries it created, and whether
 // committed events of a merchant with a live endpoint wait at or above the
-// horizon (a range of events_order: the few events committed since the
-// oldest transaction still running began).
+// horizon: the first 1000 in feed order at most, the events committed since
+// the oldest transaction still running began, read along events_order (the
+// ORDER BY and LIMIT keep the planner on it: without them, its generic plan
+// for tx_id >= $1 read the whole table).
 const fanOutSQL = `
 WITH batch AS (
     SELECT e.merchant_id, e.id AS endpoint_id, e.events AS subscribed, ev.id AS event_id, ev.type, ev.tx_id, ev.seq
@@ -65,10 +67,20 @@ WITH batch AS (
     WHERE e.merchant_id = last.merchant_id AND e.id = last.endpoint_id
 )
 SELECT (SELECT count(*) FROM inserted), EXISTS (
-    SELECT FROM events ev
-    WHERE ev.tx_id >= $1::xid8
-      AND EXISTS (SELECT FROM webhook_endpoints e
+    SELECT FROM (
+        SELECT merchant_id FROM events
+        WHERE tx_id >= $1::xid8
+        ORDER BY tx_id, seq
+        LIMIT 1000
+    ) ev
+    WHERE EXISTS (SELECT FROM webhook_endpoints e
                   WHERE e.merchant_id = ev.merchant_id AND e.deleted_at IS NULL AND e.status = 'enabled'))`
+
+// fanOutLockSQL takes the fan-out's lock, and says whether there is any live
+// enabled endpoint: without one a fan-out has nothing to do, and skips the
+// event horizon's reading.
+const fanOutLockSQL = `SELECT pg_try_advisory_xact_lock($1), EXISTS (
+    SELECT FROM webhook_endpoints WHERE deleted_at IS NULL AND status = 'enabled')`
 
 // FanOut moves every live enabled endpoint's cursor over up to batch of its
 // merchant's next events, inserting a pending delivery of each event the
@@ -80,9 +92,9 @@ SELECT (SELECT count(*) FROM inserted), EXISTS (
 func (s *Deliveries) FanOut(ctx context.Context, batch int) (payment.FanOut, error) {
 	var r payment.FanOut
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var leader bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(fanOutLockKey)).Scan(&leader); err != nil || !leader {
-			r.Again = !leader
+		var leader, endpoints bool
+		if err := tx.QueryRow(ctx, fanOutLockSQL, int64(fanOutLockKey)).Scan(&leader, &endpoints); err != nil || !leader || !endpoints {
+			r.Again = err == nil && !leader
 			return err
 		}
 		h, err := eventHorizon(ctx, tx)
