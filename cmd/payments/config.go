@@ -133,7 +133,7 @@ func (c *config) settings() []setting {
 			positiveInt(&c.RelayBatch)},
 		{"RELAY_POLL", "relay-poll", "1s", "how often the relay looks for events without a notification",
 			durationInto(&c.RelayPoll)},
-		{"EVENT_RETENTION", "event-retention", "720h", "how long published events stay in the outbox (and the /v1/events feed)",
+		{"EVENT_RETENTION", "event-retention", "720h", "how long published events stay in the outbox (and the /v1/events feed), and webhook attempts and settled deliveries in their record",
 			durationInto(&c.EventRetention)},
 		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", "webhook-allow-private-networks", "false", "allow webhook endpoints with http URLs and loopback, private or link-local addresses, for development and tests only: it lets API callers make the service send requests inside its network (logged at WARN at start)",
 			boolInto(&c.WebhookAllowPrivate)},

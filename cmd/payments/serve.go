@@ -203,13 +203,15 @@ func startSweeps(ctx context.Context, cfg config, store *postgres.Store, log *sl
 
 	stopWebhooks := func() {}
 	if cfg.WebhookDelivery {
-		deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate})
+		deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate, Retention: cfg.EventRetention})
 		for outcome, n := range map[string]*atomic.Int64{
 			"delivered": &deliverer.Stats.Delivered, "failed": &deliverer.Stats.Failed, "abandoned": &deliverer.Stats.Abandoned,
 		} {
 			m.CounterFunc("payments_webhook_"+outcome+"_total", "Webhook delivery attempts of this process that "+webhookOutcomes[outcome]+".",
 				func() float64 { return float64(n.Load()) })
 		}
+		m.CounterFunc("payments_webhook_records_pruned_total", "Webhook attempts and settled deliveries this process deleted, older than EVENT_RETENTION (one replica prunes at a time).",
+			func() float64 { return float64(deliverer.Stats.Pruned.Load()) })
 		stopWebhooks = runBackground(ctx, deliverer.Run)
 	}
 	return func() {

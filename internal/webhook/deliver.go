@@ -27,6 +27,11 @@ type Store interface {
 	// WatchEvents returns a channel that receives soon after this process
 	// commits events, and a func that ends the watch.
 	WatchEvents() (<-chan struct{}, func())
+	// PruneWebhooks deletes up to batch of the attempts and up to batch of
+	// the settled deliveries older than retention, one prune at a time
+	// across replicas, and returns how many rows it deleted and whether
+	// more may be due (a batch was full).
+	PruneWebhooks(ctx context.Context, retention time.Duration, batch int) (deleted int64, more bool, err error)
 	// ClaimDeliveries leases up to total due deliveries, at most
 	// perEndpoint per endpoint counting those leased already.
 	ClaimDeliveries(ctx context.Context, perEndpoint, total int, lease time.Duration) ([]payment.WebhookDelivery, error)
@@ -71,6 +76,12 @@ type Options struct {
 	// RetryFor is how long after its first attempt a delivery that keeps
 	// failing is abandoned and its endpoint disabled (default 3 days).
 	RetryFor time.Duration
+	// Retention is how long attempts and settled deliveries are kept
+	// (default 30 days; serve passes EVENT_RETENTION): once a minute, one
+	// replica deletes those older, PruneBatch rows at a time (default
+	// 1000).
+	Retention  time.Duration
+	PruneBatch int
 }
 
 // DefaultRetryFor is how long a failing delivery is retried: 3 days, as
@@ -106,6 +117,12 @@ func (o Options) withDefaults() Options {
 	if o.RetryFor <= 0 {
 		o.RetryFor = DefaultRetryFor
 	}
+	if o.Retention <= 0 {
+		o.Retention = 30 * 24 * time.Hour
+	}
+	if o.PruneBatch <= 0 {
+		o.PruneBatch = 1000
+	}
 	return o
 }
 
@@ -114,6 +131,7 @@ type Stats struct {
 	Delivered atomic.Int64 // attempts answered with a 2xx
 	Failed    atomic.Int64 // attempts that were not
 	Abandoned atomic.Int64 // deliveries given up after the retry period
+	Pruned    atomic.Int64 // rows of the record deleted after the retention
 }
 
 // Deliverer POSTs merchants' events to their webhook endpoints: it fans new
@@ -127,6 +145,7 @@ type Deliverer struct {
 	opts    Options
 	client  *http.Client
 	records *retry.Outage
+	prunes  *retry.Outage
 
 	Stats Stats
 }
@@ -138,6 +157,7 @@ func NewDeliverer(store Store, log *slog.Logger, opts Options) *Deliverer {
 		store: store, log: log, opts: opts,
 		client:  NewClient(opts.AllowPrivate, opts.Timeout),
 		records: retry.NewOutage(log, "webhooks: record attempts"),
+		prunes:  retry.NewOutage(log, "webhooks: prune the record"),
 	}
 }
 
@@ -147,6 +167,9 @@ func NewDeliverer(store Store, log *slog.Logger, opts Options) *Deliverer {
 func (d *Deliverer) Run(ctx context.Context) {
 	committed, unwatch := d.store.WatchEvents()
 	defer unwatch()
+	pruned := make(chan struct{})
+	go func() { defer close(pruned); d.pruneLoop(ctx, pruneEvery) }()
+	defer func() { <-pruned }()
 	loop := retry.NewLoop(d.log, "webhooks: fan out and claim deliveries", retry.Default)
 	slots := make(chan struct{}, d.opts.InFlight) // one per attempt in flight
 	freed := make(chan struct{}, 1)               // an attempt ended: a slot is free
@@ -253,6 +276,40 @@ func (d *Deliverer) attempt(ctx context.Context, dl payment.WebhookDelivery) {
 		d.Stats.Abandoned.Add(1)
 		d.log.Warn("webhooks: delivery abandoned after the retry period; endpoint disabled",
 			"merchant", dl.MerchantID, "endpoint", dl.EndpointID, "event", dl.EventID, "attempts", dl.Attempt)
+	}
+}
+
+// pruneEvery is how often a Deliverer prunes the webhook record.
+const pruneEvery = time.Minute
+
+// pruneLoop prunes the record at once and then every period until ctx
+// ends; a failure waits for the next period.
+func (d *Deliverer) pruneLoop(ctx context.Context, period time.Duration) {
+	for {
+		d.prune(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+	}
+}
+
+// prune deletes what is older than the retention, a batch at a time.
+func (d *Deliverer) prune(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, more, err := d.store.PruneWebhooks(ctx, d.opts.Retention, d.opts.PruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.prunes.Failed(err)
+			}
+			return
+		}
+		d.prunes.Succeeded()
+		d.Stats.Pruned.Add(n)
+		if !more {
+			return
+		}
 	}
 }
 

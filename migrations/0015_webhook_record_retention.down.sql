@@ -1,0 +1,2 @@
+DROP INDEX webhook_deliveries_by_age;
+DROP INDEX webhook_attempts_by_age;
