@@ -174,12 +174,12 @@ func (d *Deliverer) Run(ctx context.Context) {
 	slots := make(chan struct{}, d.opts.InFlight) // one per attempt in flight
 	freed := make(chan struct{}, 1)               // an attempt ended: a slot is free
 	var (
-		wg  sync.WaitGroup
-		fan = fanOuts{every: d.opts.FanOutEvery, poll: d.opts.Poll, due: true}
+		wg    sync.WaitGroup
+		sched = schedule{every: d.opts.FanOutEvery, poll: d.opts.Poll, fanSoon: true, claimSoon: true}
 	)
 	defer wg.Wait()
 	for ctx.Err() == nil {
-		claimed, err := d.claim(ctx, cap(slots)-len(slots), &fan)
+		claimed, err := d.claim(ctx, cap(slots)-len(slots), &sched)
 		if err != nil {
 			if ctx.Err() != nil || !loop.Fail(ctx, err) {
 				return
@@ -200,56 +200,82 @@ func (d *Deliverer) Run(ctx context.Context) {
 				}
 			}()
 		}
-		if len(claimed) > 0 && len(slots) < cap(slots) {
+		if sched.claimSoon && len(slots) < cap(slots) {
 			continue // more may be due now
 		}
-		timer := time.NewTimer(fan.wait(time.Now()))
+		timer := time.NewTimer(sched.wait(time.Now(), cap(slots)-len(slots)))
 		select {
 		case <-ctx.Done():
 		case <-freed:
+			sched.claimSoon = true
 		case <-committed:
-			fan.due = true
+			sched.fanSoon = true
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
 }
 
-// fanOuts paces a Deliverer's fan-outs: one is due every poll, and every
-// so often after events committed here or when the last one asked for
-// another (payment.FanOut.Again, or it created deliveries: more may follow).
-// An attempt that ends wakes the loop to claim for its slot, not to fan out.
-type fanOuts struct {
+// schedule says when a Deliverer's loop fans out and when it claims, so
+// that waking costs a transaction only when one may find work. A fan-out is
+// due every poll, and every so often after events committed here or when
+// the last one asked for another (payment.FanOut.Again, or it created
+// deliveries: more may follow). A claim is due every poll (for retries come
+// due), and at once when an attempt ended (its slot is free), when a
+// fan-out created deliveries, or when the last claim took some (more may be
+// due). A commit whose fan-out is not due yet costs nothing.
+type schedule struct {
 	every, poll time.Duration
-	last        time.Time // the last fan-out
-	due         bool      // one is wanted sooner than the poll
+	fannedAt    time.Time // the last fan-out
+	fanSoon     bool      // a fan-out is wanted sooner than the poll
+	claimedAt   time.Time // the last claim
+	claimSoon   bool      // a claim is wanted at once
 }
 
-// next is when the next fan-out may run.
-func (f *fanOuts) next() time.Time {
-	if f.due {
-		return f.last.Add(f.every)
+// nextFanOut is when the next fan-out may run.
+func (s *schedule) nextFanOut() time.Time {
+	if s.fanSoon {
+		return s.fannedAt.Add(s.every)
 	}
-	return f.last.Add(f.poll)
+	return s.fannedAt.Add(s.poll)
 }
 
-// wait is how long the loop may sleep from now: until the next fan-out.
-func (f *fanOuts) wait(now time.Time) time.Duration { return max(f.next().Sub(now), 0) }
+// claimDue says whether a claim is due now, with free slots.
+func (s *schedule) claimDue(now time.Time, free int) bool {
+	return free > 0 && (s.claimSoon || !now.Before(s.claimedAt.Add(s.poll)))
+}
 
-// claim fans new events out if one is due (fanOuts), then claims up to free
-// due deliveries.
-func (d *Deliverer) claim(ctx context.Context, free int, fan *fanOuts) ([]payment.WebhookDelivery, error) {
-	if now := time.Now(); !now.Before(fan.next()) {
+// wait is how long the loop may sleep from now: until the next fan-out, or
+// the next claim by the poll if a slot is free.
+func (s *schedule) wait(now time.Time, free int) time.Duration {
+	wait := s.nextFanOut().Sub(now)
+	if free > 0 {
+		wait = min(wait, s.claimedAt.Add(s.poll).Sub(now))
+	}
+	return max(wait, 0)
+}
+
+// claim fans new events out if a fan-out is due, then claims up to free due
+// deliveries if a claim is due (schedule).
+func (d *Deliverer) claim(ctx context.Context, free int, s *schedule) ([]payment.WebhookDelivery, error) {
+	now := time.Now()
+	if !now.Before(s.nextFanOut()) {
 		r, err := d.store.FanOut(ctx, d.opts.FanOutBatch)
 		if err != nil {
 			return nil, err
 		}
-		fan.last, fan.due = now, r.Again || r.Created > 0
+		s.fannedAt, s.fanSoon = now, r.Again || r.Created > 0
+		s.claimSoon = s.claimSoon || r.Created > 0
 	}
-	if free == 0 {
+	if !s.claimDue(now, free) {
 		return nil, nil
 	}
-	return d.store.ClaimDeliveries(ctx, d.opts.PerEndpoint, free, d.opts.Lease)
+	claimed, err := d.store.ClaimDeliveries(ctx, d.opts.PerEndpoint, free, d.opts.Lease)
+	if err != nil {
+		return nil, err
+	}
+	s.claimedAt, s.claimSoon = now, len(claimed) > 0
+	return claimed, nil
 }
 
 // attempt POSTs one delivery and records the attempt. An attempt cut short by
