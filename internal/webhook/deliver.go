@@ -161,9 +161,10 @@ func NewDeliverer(store Store, log *slog.Logger, opts Options) *Deliverer {
 	}
 }
 
-// Run delivers until ctx ends, then waits for the attempts in flight (each
-// ends within the timeout) and returns. The store's failures are retried with
-// the service's backoff and logged as one outage.
+// Run delivers, and once a minute prunes the record, until ctx ends; then it
+// waits for the attempts in flight (each ends within the timeout, and its
+// record's last try within 5 s more) and returns. The store's failures are
+// retried with the service's backoff and logged as one outage.
 func (d *Deliverer) Run(ctx context.Context) {
 	committed, unwatch := d.store.WatchEvents()
 	defer unwatch()
