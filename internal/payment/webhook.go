@@ -123,6 +123,9 @@ type FanOut struct {
 	// still running, which may write no event and so wake nobody when it
 	// ends.
 	Again bool
+	// Idle says that no endpoint is live and enabled anywhere: until one
+	// is, commits need no fan-out, and the poll's suffice.
+	Idle bool
 }
 
 // WebhookDelivery is an event to POST to an endpoint, as a worker claimed

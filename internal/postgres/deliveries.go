@@ -87,7 +87,8 @@ const fanOutLockSQL = `SELECT pg_try_advisory_xact_lock($1), EXISTS (
 // endpoint subscribes to, in one transaction. One fan-out runs at a time
 // across replicas; another finds the lock taken and returns at once, with
 // Again set (the running one may have begun before the caller's events
-// committed). It returns what it did, or an error wrapping
+// committed). With no live enabled endpoint it reads nothing more and says
+// so (Idle). It returns what it did, or an error wrapping
 // payment.ErrUnavailable.
 func (s *Deliveries) FanOut(ctx context.Context, batch int) (payment.FanOut, error) {
 	var r payment.FanOut
@@ -95,6 +96,7 @@ func (s *Deliveries) FanOut(ctx context.Context, batch int) (payment.FanOut, err
 		var leader, endpoints bool
 		if err := tx.QueryRow(ctx, fanOutLockSQL, int64(fanOutLockKey)).Scan(&leader, &endpoints); err != nil || !leader || !endpoints {
 			r.Again = err == nil && !leader
+			r.Idle = err == nil && leader && !endpoints
 			return err
 		}
 		h, err := eventHorizon(ctx, tx)

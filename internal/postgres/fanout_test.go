@@ -16,11 +16,16 @@ func created(r payment.FanOut, err error) (int, error) { return r.Created, err }
 // older transaction still runs is above the event horizon, so a fan-out
 // skips it, and asks to be called again; once that transaction ends, the
 // next fan-out delivers it and asks for nothing more. Events of a merchant
-// without a live endpoint waiting there ask for nothing.
+// without a live endpoint waiting there ask for nothing. Without any
+// endpoint at all, a fan-out says it is idle.
 func TestFanOutAgainWhileEventsWaitAboveTheHorizon(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, pgtest.NewDatabase(t))
 	acme, globex := newMerchant(t, s, "acme"), newMerchant(t, s, "globex")
+	addEvent(t, s, acme, payment.EventAccountCreated)
+	if r, err := s.FanOut(ctx, 100); err != nil || r != (payment.FanOut{Idle: true}) {
+		t.Errorf("FanOut without any endpoint = %+v, %v; want idle", r, err)
+	}
 	addEndpoint(t, s, acme, payment.AllEvents)
 
 	older, err := s.Pool().Begin(ctx)

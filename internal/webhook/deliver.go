@@ -210,7 +210,7 @@ func (d *Deliverer) Run(ctx context.Context) {
 		case <-freed:
 			sched.claimSoon = true
 		case <-committed:
-			sched.fanSoon = true
+			sched.fanSoon = !sched.idle
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -224,13 +224,16 @@ func (d *Deliverer) Run(ctx context.Context) {
 // deliveries: more may follow). A claim is due every poll (for retries come
 // due), and at once when an attempt ended (its slot is free), when a
 // fan-out created deliveries, or when the last claim took some (more may be
-// due). A commit whose fan-out is not due yet costs nothing.
+// due). A commit whose fan-out is not due yet costs nothing, nor does one
+// while the last fan-out found no live endpoint (idle): the poll's fan-out
+// finds the first endpoint created, and its first events, within a second.
 type schedule struct {
 	every, poll time.Duration
 	fannedAt    time.Time // the last fan-out
 	fanSoon     bool      // a fan-out is wanted sooner than the poll
 	claimedAt   time.Time // the last claim
 	claimSoon   bool      // a claim is wanted at once
+	idle        bool      // the last fan-out found no live endpoint
 }
 
 // nextFanOut is when the next fan-out may run.
@@ -265,7 +268,7 @@ func (d *Deliverer) claim(ctx context.Context, free int, s *schedule) ([]payment
 		if err != nil {
 			return nil, err
 		}
-		s.fannedAt, s.fanSoon = now, r.Again || r.Created > 0
+		s.fannedAt, s.fanSoon, s.idle = now, r.Again || r.Created > 0, r.Idle
 		s.claimSoon = s.claimSoon || r.Created > 0
 	}
 	if !s.claimDue(now, free) {
