@@ -110,7 +110,12 @@ func TestAPIKeyRotation(t *testing.T) {
 			RevokedAt  *time.Time `json:"revoked_at"`
 		} `json:"api_keys"`
 	}
+	// serve writes a key's last use a moment after its request.
 	out := mustJSON(&list, "api-keys", "list", "--merchant", merchant.MerchantID)
+	for deadline := time.Now().Add(10 * time.Second); len(list.APIKeys) > 0 && list.APIKeys[0].LastUsedAt == nil && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		out = mustJSON(&list, "api-keys", "list", "--merchant", merchant.MerchantID)
+	}
 	if bytes.Contains(out, []byte("sk_")) || len(list.APIKeys) != 2 || list.APIKeys[0].KeyID != old.KeyID ||
 		list.APIKeys[1].KeyID != fresh.KeyID || list.APIKeys[0].LastUsedAt == nil || list.APIKeys[0].RevokedAt != nil {
 		t.Fatalf("api-keys list printed %s", out)

@@ -28,15 +28,12 @@ var (
 	errUnknownAPIKey = fmt.Errorf("%w: unknown or revoked API key", payment.ErrUnauthenticated)
 )
 
-// merchantOfKeySQL finds a valid key's merchant and, at most once a minute,
-// records that the key was used.
+// merchantOfKeySQL finds a valid key's merchant, and whether its last use is
+// due to be written (at most once a minute; keyuse.go writes it). It only
+// reads: a lookup waits for no lock and no standby.
 const merchantOfKeySQL = `
-WITH used AS (
-	UPDATE api_keys SET last_used_at = now()
-	WHERE hash = $1 AND revoked_at IS NULL
-	  AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
-)
-SELECT merchant_id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`
+SELECT merchant_id, last_used_at IS NULL OR last_used_at < now() - interval '1 minute'
+FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`
 
 // Authenticate returns the merchant owning apiKey, or an error wrapping
 // payment.ErrUnauthenticated (or payment.ErrUnavailable, or a
@@ -84,8 +81,11 @@ func (s *Merchants) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, kn
 		defer release()
 	}
 	began := time.Now() // the answer is no older than this
-	var id uuid.UUID
-	err := s.pool.QueryRow(ctx, merchantOfKeySQL, hash[:]).Scan(&id)
+	var (
+		id  uuid.UUID
+		due bool
+	)
+	err := s.pool.QueryRow(ctx, merchantOfKeySQL, hash[:]).Scan(&id, &due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.auth.forget(hash)
 		s.unknown.add(hash, time.Now())
@@ -96,6 +96,9 @@ func (s *Merchants) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, kn
 	}
 	if err != nil {
 		return uuid.Nil, asUnavailable(fmt.Errorf("look up API key: %w", err))
+	}
+	if due {
+		s.keyUses.note(hash)
 	}
 	s.auth.put(hash, id, began.Add(authTrust))
 	return id, nil

@@ -125,6 +125,11 @@ type db struct {
 	stopNotifier context.CancelFunc
 	notifierDone chan struct{}
 
+	// keyUses are the API keys' last uses still to write (keyuse.go), by
+	// recordKeyUses, which closes keyUsesDone when it ends.
+	keyUses     keyUses
+	keyUsesDone chan struct{}
+
 	// watchers are the channels watchEvents handed out, copied on write:
 	// eventsCommitted reads them without a lock.
 	watchers   atomic.Pointer[[]chan struct{}]
@@ -200,10 +205,12 @@ func Connect(ctx context.Context, databaseURL string, opts Options) (*DB, error)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	d := &db{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{})}
-	var notifierCtx context.Context
-	notifierCtx, d.stopNotifier = context.WithCancel(context.Background())
-	go d.notifier(notifierCtx)
+	d := &db{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
+		keyUses: keyUses{wake: make(chan struct{}, 1)}, keyUsesDone: make(chan struct{})}
+	var background context.Context
+	background, d.stopNotifier = context.WithCancel(context.Background())
+	go d.notifier(background)
+	go d.recordKeyUses(background)
 	return &DB{d}, nil
 }
 
@@ -228,6 +235,7 @@ func NewMerchants(d *DB) *Merchants {
 func (s *DB) Close() {
 	s.stopNotifier()
 	<-s.notifierDone
+	<-s.keyUsesDone
 	s.pool.Close()
 }
 
