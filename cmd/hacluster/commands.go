@@ -96,17 +96,24 @@ func (c *cluster) startEtcd() error {
 	}
 	logPath := c.path("log", "etcd.log")
 	c.say("starting etcd on 127.0.0.1:%d (log: %s)", etcdPort, logPath)
-	if err := c.startBackground("etcd", logPath, "etcd", "--config-file", c.path("etcd.yml")); err != nil {
+	exited, err := c.startBackground("etcd", logPath, "etcd", "--config-file", c.path("etcd.yml"))
+	if err != nil {
 		return err
 	}
+	// Whether etcd died is told by its exit, not by its command line: twice
+	// a start failed at once, "etcd did not start", with an etcd that was up
+	// a moment later, most likely because /proc/PID/cmdline was read while
+	// setpriv was exec'ing etcd, when it can be empty.
+wait:
 	for range 60 {
 		if portOpen(etcdPort) {
 			return nil
 		}
-		if _, ok := c.etcd(); !ok {
-			break
+		select {
+		case <-exited:
+			break wait
+		case <-time.After(250 * time.Millisecond):
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
 	c.tail(logPath, 20)
 	return fmt.Errorf("etcd did not start (log above: %s)", logPath)
@@ -130,7 +137,8 @@ func (c *cluster) startMember(s spec) error {
 	}
 	logPath := c.path("log", s.name+"-patroni.log")
 	c.say("starting %s: PostgreSQL 127.0.0.1:%d, Patroni 127.0.0.1:%d (log: %s)", s.name, s.pgPort, s.apiPort, logPath)
-	return c.startBackground(s.name, logPath, "patroni", c.path(s.name+".yml"))
+	_, err := c.startBackground(s.name, logPath, "patroni", c.path(s.name+".yml"))
+	return err
 }
 
 // down stops everything and deletes HA_DIR. It returns an error when a

@@ -163,12 +163,13 @@ func (c *cluster) stopPids(grace time.Duration, pids ...int) {
 // startBackground starts argv (as postgres, see asPostgres) in a session of
 // its own: no controlling terminal, so no SIGHUP when the caller's terminal
 // goes, and no signal from the caller's Ctrl-C. Its output is appended to
-// logPath and its pid recorded in run/NAME.pid.
-func (c *cluster) startBackground(name, logPath string, argv ...string) error {
+// logPath and its pid recorded in run/NAME.pid. The returned channel is
+// closed if it exits while this command still runs.
+func (c *cluster) startBackground(name, logPath string, argv ...string) (<-chan struct{}, error) {
 	argv = append(slices.Clone(c.asPostgres), argv...)
 	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode) //nolint:gosec // G304: a log in HA_DIR
 	if err != nil {
-		return fmt.Errorf("open %s's log: %w", name, err)
+		return nil, fmt.Errorf("open %s's log: %w", name, err)
 	}
 	defer logFile.Close()
 	// setpriv execs the command in place, so the pid is the command's.
@@ -176,16 +177,17 @@ func (c *cluster) startBackground(name, logPath string, argv ...string) error {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	// Reaped if it dies while this command still runs, so that it does not
 	// look alive as a zombie; afterwards it is init's.
-	go func() { _ = cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	pidFile := c.path("run", name+".pid")
 	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), fileMode); err != nil {
-		return fmt.Errorf("record %s's pid: %w", name, err)
+		return nil, fmt.Errorf("record %s's pid: %w", name, err)
 	}
-	return nil
+	return exited, nil
 }
 
 // portOpen reports whether something accepts TCP connections on

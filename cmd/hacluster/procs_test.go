@@ -168,7 +168,7 @@ func TestStartBackgroundThenStop(t *testing.T) {
 	}
 	logPath := c.path("etcd.log")
 	// A stand-in for etcd that names its configuration and ignores SIGTERM.
-	err := c.startBackground("etcd", logPath, "sh", "-c", "trap '' TERM; echo started; while :; do sleep 0.1; done", "sh", c.path("etcd.yml"))
+	_, err := c.startBackground("etcd", logPath, "sh", "-c", "trap '' TERM; echo started; while :; do sleep 0.1; done", "sh", c.path("etcd.yml"))
 	if err != nil {
 		t.Fatalf("startBackground: %v", err)
 	}
