@@ -113,7 +113,7 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer nc.Close()
-	c, err := consumer.New(consumer.NewInbox(db.Pool()), nc, log)
+	c, err := consumer.New(consumer.NewInbox(db), nc, log)
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,23 @@ import (
 // events it applied (migration 0003) and its effect, the balance projection.
 // The consumer owns these tables and their SQL; the store knows nothing of them.
 type Inbox struct {
-	pool *pgxpool.Pool
+	db Database
 }
 
-// NewInbox returns the inbox on pool.
-func NewInbox(pool *pgxpool.Pool) *Inbox { return &Inbox{pool: pool} }
+// Database is what the inbox needs of the service's database
+// (postgres.DB): transactions whose commit the synchronous standby has
+// confirmed, so that the consumer acknowledges an event to NATS only once a
+// failover can no longer lose its effect.
+type Database interface {
+	// InTx runs fn in a transaction acknowledged only once confirmed.
+	InTx(ctx context.Context, fn func(pgx.Tx) error) error
+	// Confirm returns once everything committed before it is confirmed.
+	Confirm(ctx context.Context) error
+	Pool() *pgxpool.Pool
+}
+
+// NewInbox returns the inbox in db.
+func NewInbox(db Database) *Inbox { return &Inbox{db: db} }
 
 // BalanceEffect is what one event does to the balance projection.
 type BalanceEffect struct {
@@ -47,10 +59,13 @@ DO UPDATE SET balance = account_balances.balance + $3, events = account_balances
 
 // ApplyOnce applies an event's effect for consumer unless it already has: the
 // inbox row and the effect commit together. It reports whether this call
-// applied it (false for a redelivery).
+// applied it (false for a redelivery). It returns only once the synchronous
+// standby has the effect, this call's or an earlier one's: an earlier
+// attempt's commit may be there on the primary alone (its wait cancelled),
+// and a redelivery found in the inbox must not be acknowledged on its word.
 func (in *Inbox) ApplyOnce(ctx context.Context, consumer string, e BalanceEffect) (bool, error) {
 	applied := false
-	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+	err := in.db.InTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, inboxSQL, e.MerchantID, consumer, e.EventID)
 		if err != nil {
 			return fmt.Errorf("insert inbox row: %w", err)
@@ -66,13 +81,18 @@ func (in *Inbox) ApplyOnce(ctx context.Context, consumer string, e BalanceEffect
 		applied = true
 		return nil
 	})
+	if err == nil && !applied {
+		// Seen before: this transaction wrote nothing, so its commit
+		// confirmed nothing.
+		err = in.db.Confirm(ctx)
+	}
 	return applied, err
 }
 
 // ProjectedBalance returns the consumer's view of an account's balance and how
 // many events built it, or payment.ErrNotFound.
 func (in *Inbox) ProjectedBalance(ctx context.Context, merchantID, accountID uuid.UUID) (balance, events int64, err error) {
-	err = in.pool.QueryRow(ctx, `SELECT balance, events FROM account_balances WHERE merchant_id = $1 AND account_id = $2`,
+	err = in.db.Pool().QueryRow(ctx, `SELECT balance, events FROM account_balances WHERE merchant_id = $1 AND account_id = $2`,
 		merchantID, accountID).Scan(&balance, &events)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, payment.ErrNotFound

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,8 +84,23 @@ const confirmSQL = `
 SELECT CASE WHEN current_setting('synchronous_standby_names') <> ''
             THEN pg_logical_emit_message(true, 'payments', 'confirm') END`
 
-// confirmTxSQL is confirmSQL in a transaction of its own, in one round trip.
-const confirmTxSQL = `BEGIN; ` + confirmSQL + `; COMMIT`
+// confirmTxSQL is confirmSQL in a transaction of its own, in one round trip:
+// first what the transaction sees (its snapshot, all of it committed before
+// its own commit), last the transaction it became by writing (none without a
+// synchronous standby). Once it commits confirmed, the standby has both.
+const confirmTxSQL = `BEGIN; ` + snapshotSQL + `; ` + confirmSQL + `; SELECT pg_current_xact_id_if_assigned()::text; COMMIT`
+
+// InTx runs fn in a transaction whose commit is acknowledged only once the
+// synchronous standby, if there is one, has it (durable.go): otherwise
+// payment.ErrUnavailable. fn's error rolls the transaction back. A
+// transaction that writes nothing commits without waiting: use Confirm for
+// an answer that rests on what it read.
+func (s *DB) InTx(ctx context.Context, fn func(pgx.Tx) error) error { return s.inTx(ctx, fn) }
+
+// Confirm returns once everything committed before it was called is on the
+// synchronous standby, if there is one, or payment.ErrUnavailable when that
+// is not known within CommitWait. Callers at once share one commit.
+func (s *DB) Confirm(ctx context.Context) error { return s.confirmCommitted(ctx) }
 
 // commitContext is the context of a commit's round trip: it ignores ctx's
 // cancellation (see above) and is bounded by CommitWait instead.
@@ -94,29 +110,34 @@ func (s *db) commitContext(ctx context.Context) (context.Context, context.Cancel
 
 // confirm returns once everything committed before it was called is on the
 // synchronous standby, if there is one, or payment.ErrUnavailable when that is
-// not known.
-func confirm(ctx context.Context, c *pgx.Conn, commitWait time.Duration) error {
+// not known. It returns what it confirmed: every transaction its snapshot
+// sees, and its own.
+func confirm(ctx context.Context, c *pgx.Conn, commitWait time.Duration) (*snapshot, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
 	defer cancel()
 	takeWarning(c.PgConn())
-	if _, err := c.Exec(ctx, confirmTxSQL); err != nil {
+	results, err := c.PgConn().Exec(ctx, confirmTxSQL).ReadAll()
+	if err != nil {
 		if c.PgConn().TxStatus() != 'I' && !c.IsClosed() {
 			_, _ = c.Exec(ctx, "ROLLBACK") // the outbox lease's connection lives on
 		}
-		return asUnavailable(fmt.Errorf("confirm commits: %w", err))
+		return nil, asUnavailable(fmt.Errorf("confirm commits: %w", err))
 	}
 	if n := takeWarning(c.PgConn()); n != nil {
-		return errNotConfirmed(n)
+		return nil, errNotConfirmed(n)
 	}
-	return nil
-}
-
-// confirmOnPool is confirm on a pooled connection.
-func (s *db) confirmOnPool(ctx context.Context) error {
-	conn, err := s.acquire(ctx)
+	// BEGIN, the snapshot, confirmSQL, the transaction, COMMIT.
+	if len(results) != 5 || len(results[1].Rows) != 1 || len(results[3].Rows) != 1 {
+		return nil, fmt.Errorf("%w: confirm commits: %d results, not 5", payment.ErrUnavailable, len(results))
+	}
+	snap, err := parseSnapshot(string(results[1].Rows[0][0]))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("%w: confirm commits: %w", payment.ErrUnavailable, err)
 	}
-	defer conn.Release()
-	return confirm(ctx, conn.Conn(), s.opts.CommitWait)
+	if own := results[3].Rows[0][0]; own != nil {
+		if snap.own, err = strconv.ParseUint(string(own), 10, 64); err != nil {
+			return nil, fmt.Errorf("%w: confirm commits: its transaction %q: %w", payment.ErrUnavailable, own, err)
+		}
+	}
+	return snap, nil
 }

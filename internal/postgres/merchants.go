@@ -111,7 +111,7 @@ func insertAPIKey(ctx context.Context, tx pgx.Tx, merchant uuid.UUID) (NewAPIKey
 // returns ErrUnknownMerchant when there is no such merchant.
 func (s *Merchants) ListAPIKeys(ctx context.Context, merchant uuid.UUID) ([]APIKey, error) {
 	var keys []APIKey
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.read(ctx, func(tx querier) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM merchants WHERE id = $1)`, merchant).Scan(&exists); err != nil {
 			return fmt.Errorf("look up merchant: %w", err)
@@ -152,24 +152,29 @@ ORDER BY m.created_at, m.id`
 
 // ListMerchants returns every merchant, oldest first. Merchants are a small
 // lookup table, so there is no paging.
-func (s *Merchants) ListMerchants(ctx context.Context) ([]Merchant, error) {
-	rows, err := s.pool.Query(ctx, listMerchants)
-	if err != nil {
-		return nil, asUnavailable(fmt.Errorf("list merchants: %w", err))
-	}
-	merchants, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Merchant, error) {
-		var m Merchant
-		err := row.Scan(&m.ID, &m.Name, &m.CreatedAt, &m.ActiveAPIKeys)
-		return m, err
+func (s *Merchants) ListMerchants(ctx context.Context) (merchants []Merchant, err error) {
+	err = s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, listMerchants)
+		if err != nil {
+			return asUnavailable(fmt.Errorf("list merchants: %w", err))
+		}
+		merchants, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Merchant, error) {
+			var m Merchant
+			err := row.Scan(&m.ID, &m.Name, &m.CreatedAt, &m.ActiveAPIKeys)
+			return m, err
+		})
+		if err != nil {
+			return asUnavailable(fmt.Errorf("list merchants: %w", err))
+		}
+		return nil
 	})
-	if err != nil {
-		return nil, asUnavailable(fmt.Errorf("list merchants: %w", err))
-	}
-	return merchants, nil
+	return merchants, err
 }
 
 // RevokeAPIKey revokes the key with the public id keyID: every replica refuses
-// it within authTrust. It returns ErrUnknownAPIKey or ErrAPIKeyRevoked.
+// it within authTrust. It returns ErrUnknownAPIKey or ErrAPIKeyRevoked. Either
+// answer, a revocation or "already revoked", is given only once the
+// synchronous standby has it (or payment.ErrUnavailable).
 func (s *Merchants) RevokeAPIKey(ctx context.Context, keyID string) (APIKey, error) {
 	var k APIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -186,6 +191,13 @@ func (s *Merchants) RevokeAPIKey(ctx context.Context, keyID string) (APIKey, err
 		}
 		return tx.QueryRow(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1 RETURNING revoked_at`, keyID).Scan(&k.RevokedAt)
 	})
+	if errors.Is(err, ErrAPIKeyRevoked) {
+		// Read, not written: "already revoked" only once the standby has
+		// the revocation, which may be a commit whose wait was cancelled.
+		if cerr := s.confirmCommitted(ctx); cerr != nil {
+			return APIKey{}, cerr
+		}
+	}
 	if err != nil {
 		return APIKey{}, asUnavailable(err)
 	}

@@ -118,7 +118,7 @@ func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.Out
 	}
 	if len(events) > 0 {
 		// Nothing is published that a failover could still lose (durable.go).
-		if err := confirm(ctx, l.conn, l.commitWait); err != nil {
+		if _, err := confirm(ctx, l.conn, l.commitWait); err != nil {
 			return nil, err
 		}
 	}

@@ -134,6 +134,9 @@ type db struct {
 	// eventsCommitted reads them without a lock.
 	watchers   atomic.Pointer[[]chan struct{}]
 	watchersMu sync.Mutex
+
+	// confirmed runs the rounds that confirm what reads show (confirmed.go).
+	confirmed confirmer
 }
 
 // Keys runs steps under idempotency keys and expires the keys.

@@ -37,25 +37,37 @@ FROM deposits WHERE merchant_id = $1 AND account_id = $2 AND id = $3`
 
 // Account returns the merchant's account with its current balance, or
 // payment.ErrNotFound.
-func (s *Reader) Account(ctx context.Context, merchantID, id uuid.UUID) (payment.Account, error) {
+func (s *Reader) Account(ctx context.Context, merchantID, id uuid.UUID) (a payment.Account, err error) {
+	err = s.read(ctx, func(q querier) error {
+		a, err = account(ctx, q, merchantID, id)
+		return err
+	})
+	return a, err
+}
+
+func account(ctx context.Context, q querier, merchantID, id uuid.UUID) (payment.Account, error) {
 	var a payment.Account
-	err := s.pool.QueryRow(ctx, accountSQL, merchantID, id).
+	err := q.QueryRow(ctx, accountSQL, merchantID, id).
 		Scan(&a.ID, &a.MerchantID, &a.Currency, &a.Balance, &a.Held, &a.Description, &a.Metadata, &a.CreatedAt)
 	return a, readErr("account", err)
 }
 
 // Deposit returns a deposit into the merchant's account, or payment.ErrNotFound.
-func (s *Reader) Deposit(ctx context.Context, merchantID, accountID, id uuid.UUID) (payment.Deposit, error) {
-	var d payment.Deposit
-	err := s.pool.QueryRow(ctx, depositByIDSQL, merchantID, accountID, id).
-		Scan(&d.ID, &d.AccountID, &d.Amount, &d.Currency, &d.CreatedAt)
-	return d, readErr("deposit", err)
+func (s *Reader) Deposit(ctx context.Context, merchantID, accountID, id uuid.UUID) (d payment.Deposit, err error) {
+	err = s.read(ctx, func(q querier) error {
+		return readErr("deposit", q.QueryRow(ctx, depositByIDSQL, merchantID, accountID, id).
+			Scan(&d.ID, &d.AccountID, &d.Amount, &d.Currency, &d.CreatedAt))
+	})
+	return d, err
 }
 
 // Charge returns the merchant's charge, or payment.ErrNotFound.
-func (s *Reader) Charge(ctx context.Context, merchantID, id uuid.UUID) (payment.Charge, error) {
-	c, err := scanCharge(s.pool.QueryRow(ctx, chargeByIDSQL, merchantID, id))
-	return c, readErr("charge", err)
+func (s *Reader) Charge(ctx context.Context, merchantID, id uuid.UUID) (c payment.Charge, err error) {
+	err = s.read(ctx, func(q querier) error {
+		c, err = scanCharge(q.QueryRow(ctx, chargeByIDSQL, merchantID, id))
+		return readErr("charge", err)
+	})
+	return c, err
 }
 
 // scanCharge reads a row of chargeColumns: the charge as it stands when the
@@ -129,10 +141,18 @@ LIMIT $4`
 
 // Charges returns a page of the merchant's charges, newest first, or
 // payment.ErrNotFound when q names an account the merchant does not have.
-func (s *Reader) Charges(ctx context.Context, merchantID uuid.UUID, q payment.ChargeQuery) (payment.Page[payment.Charge], error) {
+func (s *Reader) Charges(ctx context.Context, merchantID uuid.UUID, q payment.ChargeQuery) (p payment.Page[payment.Charge], err error) {
+	err = s.read(ctx, func(db querier) error {
+		p, err = charges(ctx, db, merchantID, q)
+		return err
+	})
+	return p, err
+}
+
+func charges(ctx context.Context, db querier, merchantID uuid.UUID, q payment.ChargeQuery) (payment.Page[payment.Charge], error) {
 	after := int64(math.MaxInt64)
 	if q.StartingAfter != uuid.Nil {
-		err := s.pool.QueryRow(ctx, chargeSeqSQL, merchantID, q.StartingAfter).Scan(&after)
+		err := db.QueryRow(ctx, chargeSeqSQL, merchantID, q.StartingAfter).Scan(&after)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return payment.Page[payment.Charge]{}, payment.Invalid("starting_after", "names no charge of yours")
 		}
@@ -144,12 +164,12 @@ func (s *Reader) Charges(ctx context.Context, merchantID uuid.UUID, q payment.Ch
 	if q.AccountID != uuid.Nil {
 		// Filtering by another merchant's (or no) account is a 404, like
 		// reading it would be, not an empty page.
-		if _, err := s.Account(ctx, merchantID, q.AccountID); err != nil {
+		if _, err := account(ctx, db, merchantID, q.AccountID); err != nil {
 			return payment.Page[payment.Charge]{}, err
 		}
 		sql, args = accountChargesSQL, append(args, q.AccountID)
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return payment.Page[payment.Charge]{}, asUnavailable(fmt.Errorf("select charges: %w", err))
 	}
@@ -161,22 +181,32 @@ func (s *Reader) Charges(ctx context.Context, merchantID uuid.UUID, q payment.Ch
 }
 
 // Refund returns a refund of the merchant's charge, or payment.ErrNotFound.
-func (s *Reader) Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) (payment.Refund, error) {
-	var r payment.Refund
-	err := s.pool.QueryRow(ctx, refundByIDSQL, merchantID, chargeID, id).
-		Scan(&r.ID, &r.ChargeID, &r.AccountID, &r.Amount, &r.Currency, &r.CreatedAt)
-	return r, readErr("refund", err)
+func (s *Reader) Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) (r payment.Refund, err error) {
+	err = s.read(ctx, func(q querier) error {
+		return readErr("refund", q.QueryRow(ctx, refundByIDSQL, merchantID, chargeID, id).
+			Scan(&r.ID, &r.ChargeID, &r.AccountID, &r.Amount, &r.Currency, &r.CreatedAt))
+	})
+	return r, err
 }
 
-// Events returns a page of the merchant's events, oldest first.
-func (s *Reader) Events(ctx context.Context, merchantID uuid.UUID, q payment.EventQuery) (payment.Page[payment.Event], error) {
+// Events returns a page of the merchant's events, oldest first. No event is
+// listed that a failover could still lose (confirmed.go).
+func (s *Reader) Events(ctx context.Context, merchantID uuid.UUID, q payment.EventQuery) (p payment.Page[payment.Event], err error) {
+	err = s.read(ctx, func(db querier) error {
+		p, err = events(ctx, db, merchantID, q)
+		return err
+	})
+	return p, err
+}
+
+func events(ctx context.Context, db querier, merchantID uuid.UUID, q payment.EventQuery) (payment.Page[payment.Event], error) {
 	var (
 		afterTx  pgtype.Uint64 // xid8
 		afterSeq int64
 	)
 	afterTx.Valid = true
 	if q.StartingAfter != uuid.Nil {
-		err := s.pool.QueryRow(ctx, eventPositionSQL, merchantID, q.StartingAfter).Scan(&afterTx, &afterSeq)
+		err := db.QueryRow(ctx, eventPositionSQL, merchantID, q.StartingAfter).Scan(&afterTx, &afterSeq)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return payment.Page[payment.Event]{}, payment.Invalid("starting_after", "names no event of yours")
 		}
@@ -184,11 +214,11 @@ func (s *Reader) Events(ctx context.Context, merchantID uuid.UUID, q payment.Eve
 			return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select cursor event: %w", err))
 		}
 	}
-	h, err := eventHorizon(ctx, s.pool)
+	h, err := eventHorizon(ctx, db)
 	if err != nil {
 		return payment.Page[payment.Event]{}, err
 	}
-	rows, err := s.pool.Query(ctx, eventsSQL, merchantID, afterTx, afterSeq, q.Limit+1, h.xid)
+	rows, err := db.Query(ctx, eventsSQL, merchantID, afterTx, afterSeq, q.Limit+1, h.xid)
 	if err != nil {
 		return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select events: %w", err))
 	}
@@ -199,12 +229,6 @@ func (s *Reader) Events(ctx context.Context, merchantID uuid.UUID, q payment.Eve
 	})
 	if err != nil {
 		return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select events: %w", err))
-	}
-	if len(events) > 0 {
-		// No event is listed that a failover could still lose (durable.go).
-		if err := s.confirmOnPool(ctx); err != nil {
-			return payment.Page[payment.Event]{}, err
-		}
 	}
 	return page(events, q.Limit), nil
 }

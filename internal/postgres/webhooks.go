@@ -91,22 +91,33 @@ func createEndpoint(ctx context.Context, q querier, merchantID uuid.UUID, url st
 
 // WebhookEndpoints returns the merchant's live endpoints, oldest first,
 // without their secrets.
-func (s *Webhooks) WebhookEndpoints(ctx context.Context, merchantID uuid.UUID) ([]payment.WebhookEndpoint, error) {
-	rows, err := s.pool.Query(ctx, listEndpointsSQL, merchantID)
-	if err != nil {
-		return nil, asUnavailable(fmt.Errorf("list webhook endpoints: %w", err))
-	}
-	endpoints, err := pgx.CollectRows(rows, scanEndpoint)
-	if err != nil {
-		return nil, asUnavailable(fmt.Errorf("list webhook endpoints: %w", err))
-	}
-	return endpoints, nil
+func (s *Webhooks) WebhookEndpoints(ctx context.Context, merchantID uuid.UUID) (endpoints []payment.WebhookEndpoint, err error) {
+	err = s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, listEndpointsSQL, merchantID)
+		if err != nil {
+			return asUnavailable(fmt.Errorf("list webhook endpoints: %w", err))
+		}
+		endpoints, err = pgx.CollectRows(rows, scanEndpoint)
+		if err != nil {
+			return asUnavailable(fmt.Errorf("list webhook endpoints: %w", err))
+		}
+		return nil
+	})
+	return endpoints, err
 }
 
 // WebhookEndpoint returns the merchant's live endpoint id, without its
 // secret, or payment.ErrNotFound.
-func (s *Webhooks) WebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) (payment.WebhookEndpoint, error) {
-	rows, err := s.pool.Query(ctx, getEndpointSQL, merchantID, id)
+func (s *Webhooks) WebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) (e payment.WebhookEndpoint, err error) {
+	err = s.read(ctx, func(q querier) error {
+		e, err = endpoint(ctx, q, merchantID, id)
+		return err
+	})
+	return e, err
+}
+
+func endpoint(ctx context.Context, q querier, merchantID, id uuid.UUID) (payment.WebhookEndpoint, error) {
+	rows, err := q.Query(ctx, getEndpointSQL, merchantID, id)
 	if err != nil {
 		return payment.WebhookEndpoint{}, asUnavailable(fmt.Errorf("read webhook endpoint: %w", err))
 	}
@@ -121,13 +132,26 @@ func (s *Webhooks) WebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID
 }
 
 // DeleteWebhookEndpoint marks the merchant's live endpoint id deleted. It
-// returns payment.ErrNotFound when the merchant has no such live endpoint.
+// returns payment.ErrNotFound when the merchant has no such live endpoint,
+// once the standby has that too.
 func (s *Webhooks) DeleteWebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) error {
-	tag, err := s.pool.Exec(ctx, deleteEndpointSQL, merchantID, id)
+	deleted := false
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, deleteEndpointSQL, merchantID, id)
+		if err != nil {
+			return fmt.Errorf("delete webhook endpoint: %w", err)
+		}
+		deleted = tag.RowsAffected() == 1
+		return nil
+	})
 	if err != nil {
-		return asUnavailable(fmt.Errorf("delete webhook endpoint: %w", err))
+		return asUnavailable(err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !deleted {
+		// Nothing written: the answer rests on what an earlier commit did.
+		if err := s.confirmCommitted(ctx); err != nil {
+			return err
+		}
 		return payment.ErrNotFound
 	}
 	return nil
@@ -160,13 +184,21 @@ LIMIT $5`
 // are not readable, as the endpoint is not: payment.ErrNotFound for it and
 // for an endpoint the merchant never had. A StartingAfter that names no
 // attempt of the endpoint is a *payment.ValidationError.
-func (s *Webhooks) WebhookAttempts(ctx context.Context, merchantID, endpointID uuid.UUID, q payment.AttemptQuery) (payment.Page[payment.RecordedAttempt], error) {
-	if _, err := s.WebhookEndpoint(ctx, merchantID, endpointID); err != nil {
+func (s *Webhooks) WebhookAttempts(ctx context.Context, merchantID, endpointID uuid.UUID, q payment.AttemptQuery) (p payment.Page[payment.RecordedAttempt], err error) {
+	err = s.read(ctx, func(db querier) error {
+		p, err = attempts(ctx, db, merchantID, endpointID, q)
+		return err
+	})
+	return p, err
+}
+
+func attempts(ctx context.Context, db querier, merchantID, endpointID uuid.UUID, q payment.AttemptQuery) (payment.Page[payment.RecordedAttempt], error) {
+	if _, err := endpoint(ctx, db, merchantID, endpointID); err != nil {
 		return payment.Page[payment.RecordedAttempt]{}, err
 	}
 	var after *time.Time
 	if q.StartingAfter != uuid.Nil {
-		err := s.pool.QueryRow(ctx, attemptCursorSQL, merchantID, endpointID, q.StartingAfter).Scan(&after)
+		err := db.QueryRow(ctx, attemptCursorSQL, merchantID, endpointID, q.StartingAfter).Scan(&after)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return payment.Page[payment.RecordedAttempt]{}, payment.Invalid("starting_after", "names no attempt of this endpoint")
 		}
@@ -174,7 +206,7 @@ func (s *Webhooks) WebhookAttempts(ctx context.Context, merchantID, endpointID u
 			return payment.Page[payment.RecordedAttempt]{}, asUnavailable(fmt.Errorf("select cursor attempt: %w", err))
 		}
 	}
-	rows, err := s.pool.Query(ctx, listAttemptsSQL, merchantID, endpointID, after, q.StartingAfter, q.Limit+1)
+	rows, err := db.Query(ctx, listAttemptsSQL, merchantID, endpointID, after, q.StartingAfter, q.Limit+1)
 	if err != nil {
 		return payment.Page[payment.RecordedAttempt]{}, asUnavailable(fmt.Errorf("list webhook attempts: %w", err))
 	}

@@ -234,7 +234,7 @@ func TestCrashBetweenPublishAndMarkIsDeduplicated(t *testing.T) {
 
 	c := e.startConsumer(e.log)
 	e.waitUntil("the consumer applied every event", func() bool { return c.Stats.Applied.Load() == int64(events) })
-	balance, applied, err := consumer.NewInbox(e.store.Pool()).ProjectedBalance(context.Background(), e.merchant, acct)
+	balance, applied, err := consumer.NewInbox(e.store.DB).ProjectedBalance(context.Background(), e.merchant, acct)
 	if err != nil || balance != 700 || applied != int64(events) {
 		t.Errorf("projected balance %d from %d events (%v), want 700 from %d", balance, applied, err, events)
 	}
@@ -295,7 +295,7 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if applied, err := consumer.NewInbox(e.store.Pool()).ApplyOnce(context.Background(), consumer.Name, effect); err != nil || applied {
+		if applied, err := consumer.NewInbox(e.store.DB).ApplyOnce(context.Background(), consumer.Name, effect); err != nil || applied {
 			t.Fatalf("redelivered event applied again (%v)", err)
 		}
 	}
@@ -304,7 +304,7 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		projected, _, err := consumer.NewInbox(e.store.Pool()).ProjectedBalance(context.Background(), e.merchant, acct)
+		projected, _, err := consumer.NewInbox(e.store.DB).ProjectedBalance(context.Background(), e.merchant, acct)
 		if err != nil || projected != a.Balance || a.Balance != deposit%amount {
 			t.Errorf("account %s: projected %d, real %d (%v); want %d for both", acct, projected, a.Balance, err, deposit%amount)
 		}
@@ -346,7 +346,7 @@ func TestOneRelayLeadsAndAnotherTakesOver(t *testing.T) {
 // test ends.
 func (e *env) startConsumer(log *slog.Logger) *consumer.Consumer {
 	e.t.Helper()
-	c, err := consumer.New(consumer.NewInbox(e.store.Pool()), e.nats.Connect(), log)
+	c, err := consumer.New(consumer.NewInbox(e.store.DB), e.nats.Connect(), log)
 	if err != nil {
 		e.t.Fatal(err)
 	}
