@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/exactlyonce/payments/internal/payment"
 )
 
@@ -146,17 +148,48 @@ func (s *db) read(ctx context.Context, fn func(q querier) error) error {
 		conn.Release()
 		return answer
 	}
-	var text string
-	err = conn.QueryRow(ctx, snapshotSQL).Scan(&text)
+	var seen string
+	err = conn.QueryRow(ctx, snapshotSQL).Scan(&seen)
 	conn.Release()
 	if err != nil {
 		return asUnavailable(fmt.Errorf("take a snapshot after a read: %w", err))
 	}
-	seen, err := parseSnapshot(text)
+	return s.confirmSeen(ctx, seen, answer)
+}
+
+// readRow is read for a read of one statement, whose row scan reads: the
+// statement and the snapshot after it go in one round trip.
+func (s *db) readRow(ctx context.Context, scan func(pgx.Row) error, sql string, args ...any) error {
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	var b pgx.Batch
+	b.Queue(sql, args...)
+	b.Queue(snapshotSQL)
+	br := conn.SendBatch(ctx, &b)
+	answer := scan(br.QueryRow())
+	var seen string
+	err = br.QueryRow().Scan(&seen)
+	err = errors.Join(err, br.Close())
+	conn.Release()
+	if answer != nil && !isAnswer(answer) {
+		return answer
+	}
+	if err != nil {
+		return asUnavailable(fmt.Errorf("take a snapshot after a read: %w", err))
+	}
+	return s.confirmSeen(ctx, seen, answer)
+}
+
+// confirmSeen returns answer once the standby is known to have every
+// transaction the snapshot seen (pg_snapshot's text) sees.
+func (s *db) confirmSeen(ctx context.Context, seen string, answer error) error {
+	snap, err := parseSnapshot(seen)
 	if err != nil {
 		return fmt.Errorf("%w: %w", payment.ErrUnavailable, err)
 	}
-	if !s.confirmed.known.Load().covers(seen) {
+	if !s.confirmed.known.Load().covers(snap) {
 		if err := s.confirmCommitted(ctx); err != nil {
 			return err
 		}

@@ -38,35 +38,34 @@ FROM deposits WHERE merchant_id = $1 AND account_id = $2 AND id = $3`
 // Account returns the merchant's account with its current balance, or
 // payment.ErrNotFound.
 func (s *Reader) Account(ctx context.Context, merchantID, id uuid.UUID) (a payment.Account, err error) {
-	err = s.read(ctx, func(q querier) error {
-		a, err = account(ctx, q, merchantID, id)
-		return err
-	})
+	err = s.readRow(ctx, func(row pgx.Row) error { return scanAccount(row, &a) }, accountSQL, merchantID, id)
 	return a, err
 }
 
+// account is Account in a read of more statements.
 func account(ctx context.Context, q querier, merchantID, id uuid.UUID) (payment.Account, error) {
 	var a payment.Account
-	err := q.QueryRow(ctx, accountSQL, merchantID, id).
-		Scan(&a.ID, &a.MerchantID, &a.Currency, &a.Balance, &a.Held, &a.Description, &a.Metadata, &a.CreatedAt)
-	return a, readErr("account", err)
+	return a, scanAccount(q.QueryRow(ctx, accountSQL, merchantID, id), &a)
+}
+
+func scanAccount(row pgx.Row, a *payment.Account) error {
+	return readErr("account", row.Scan(&a.ID, &a.MerchantID, &a.Currency, &a.Balance, &a.Held, &a.Description, &a.Metadata, &a.CreatedAt))
 }
 
 // Deposit returns a deposit into the merchant's account, or payment.ErrNotFound.
 func (s *Reader) Deposit(ctx context.Context, merchantID, accountID, id uuid.UUID) (d payment.Deposit, err error) {
-	err = s.read(ctx, func(q querier) error {
-		return readErr("deposit", q.QueryRow(ctx, depositByIDSQL, merchantID, accountID, id).
-			Scan(&d.ID, &d.AccountID, &d.Amount, &d.Currency, &d.CreatedAt))
-	})
+	err = s.readRow(ctx, func(row pgx.Row) error {
+		return readErr("deposit", row.Scan(&d.ID, &d.AccountID, &d.Amount, &d.Currency, &d.CreatedAt))
+	}, depositByIDSQL, merchantID, accountID, id)
 	return d, err
 }
 
 // Charge returns the merchant's charge, or payment.ErrNotFound.
 func (s *Reader) Charge(ctx context.Context, merchantID, id uuid.UUID) (c payment.Charge, err error) {
-	err = s.read(ctx, func(q querier) error {
-		c, err = scanCharge(q.QueryRow(ctx, chargeByIDSQL, merchantID, id))
+	err = s.readRow(ctx, func(row pgx.Row) error {
+		c, err = scanCharge(row)
 		return readErr("charge", err)
-	})
+	}, chargeByIDSQL, merchantID, id)
 	return c, err
 }
 
@@ -182,10 +181,9 @@ func charges(ctx context.Context, db querier, merchantID uuid.UUID, q payment.Ch
 
 // Refund returns a refund of the merchant's charge, or payment.ErrNotFound.
 func (s *Reader) Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) (r payment.Refund, err error) {
-	err = s.read(ctx, func(q querier) error {
-		return readErr("refund", q.QueryRow(ctx, refundByIDSQL, merchantID, chargeID, id).
-			Scan(&r.ID, &r.ChargeID, &r.AccountID, &r.Amount, &r.Currency, &r.CreatedAt))
-	})
+	err = s.readRow(ctx, func(row pgx.Row) error {
+		return readErr("refund", row.Scan(&r.ID, &r.ChargeID, &r.AccountID, &r.Amount, &r.Currency, &r.CreatedAt))
+	}, refundByIDSQL, merchantID, chargeID, id)
 	return r, err
 }
 
