@@ -15,11 +15,6 @@ import (
 	"time"
 )
 
-// scope is the cluster_name Patroni gives PostgreSQL (deploy/ha's scope):
-// every backend of the cluster shows it in its title, "postgres:
-// payments-ha: ...".
-const scope = "payments-ha"
-
 // parsePid reads a pid from the start of a pid file. It accepts only
 // positive pids: kill(0) and kill(-1) signal whole groups.
 func parsePid(data []byte) (int, bool) {
@@ -106,19 +101,25 @@ func (c *cluster) postmaster(member string) (int, bool) {
 	return runsWith(pid, c.path(member))
 }
 
-// isClusterProcess reports whether a process, by its comm and command line,
-// belongs to the cluster in dir: Patroni, etcd, pg_rewind or pg_basebackup
-// naming dir, and PostgreSQL processes naming dir or titled with the
-// cluster's name (a backend whose postmaster was killed is orphaned, and
-// found only by its title).
-func isClusterProcess(comm, cmd, dir string) bool {
+// isClusterProcess reports whether a process, by its comm, command line and
+// working directory, belongs to the cluster in dir: Patroni, etcd, pg_rewind,
+// pg_basebackup or PostgreSQL naming dir on its command line or working in
+// it. PostgreSQL's postmaster changes into its data directory and every
+// process it starts inherits that, so a backend whose postmaster was killed,
+// orphaned and titled only "postgres: payments-ha: ...", is found by its
+// working directory. The title is no clue: every cluster of this
+// configuration shares it, one started from another HA_DIR (a test's)
+// included.
+func isClusterProcess(comm, cmd, cwd, dir string) bool {
 	if !slices.Contains([]string{"postgres", "patroni", "etcd"}, comm) && !strings.HasPrefix(comm, "pg_") {
 		return false
 	}
-	return strings.Contains(cmd, dir+"/") || strings.HasPrefix(cmd, "postgres: "+scope+": ")
+	return strings.Contains(cmd, dir+"/") || cwd == dir || strings.HasPrefix(cwd, dir+"/")
 }
 
 // clusterPids lists every live process of this cluster (isClusterProcess).
+// Another user's working directory is readable only as root or as that
+// user, who alone may signal it anyway.
 func (c *cluster) clusterPids() []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -134,7 +135,8 @@ func (c *cluster) clusterPids() []int {
 		if err != nil {
 			continue
 		}
-		if isClusterProcess(strings.TrimSpace(string(comm)), cmdline(pid), c.dir) {
+		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if isClusterProcess(strings.TrimSpace(string(comm)), cmdline(pid), cwd, c.dir) {
 			pids = append(pids, pid)
 		}
 	}
@@ -162,7 +164,11 @@ func (c *cluster) stopPids(grace time.Duration, pids ...int) {
 
 // startBackground starts argv (as postgres, see asPostgres) in a session of
 // its own: no controlling terminal, so no SIGHUP when the caller's terminal
-// goes, and no signal from the caller's Ctrl-C. Its output is appended to
+// goes, and no signal from the caller's Ctrl-C. It runs in HA_DIR, not in the
+// caller's working directory, which may be deleted while it runs (a removed
+// git worktree): a Patroni started there could not restart PostgreSQL
+// afterwards, pg_ctl failing with "could not locate my own executable path".
+// Its output is appended to
 // logPath and its pid recorded in run/NAME.pid. The returned channel is
 // closed if it exits while this command still runs.
 func (c *cluster) startBackground(name, logPath string, argv ...string) (<-chan struct{}, error) {
@@ -175,6 +181,7 @@ func (c *cluster) startBackground(name, logPath string, argv ...string) (<-chan 
 	// setpriv execs the command in place, so the pid is the command's.
 	cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec // G204: etcd or patroni with a configuration in HA_DIR
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = c.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)

@@ -14,28 +14,30 @@ func TestIsClusterProcess(t *testing.T) {
 	t.Parallel()
 	const dir = "/var/tmp/payments-ha"
 	tests := []struct {
-		name, comm, cmd string
-		want            bool
+		name, comm, cmd, cwd string
+		want                 bool
 	}{
-		{"patroni", "patroni", "/usr/bin/python3 /usr/bin/patroni /var/tmp/payments-ha/pg1.yml", true},
-		{"etcd", "etcd", "etcd --config-file /var/tmp/payments-ha/etcd.yml", true},
-		{"postmaster", "postgres", "/usr/lib/postgresql/15/bin/postgres -D /var/tmp/payments-ha/pg2 --config-file=/var/tmp/payments-ha/pg2/postgresql.conf", true},
-		{"orphaned backend, found by its title", "postgres", "postgres: payments-ha: postgres payments 127.0.0.1(40312) idle", true},
-		{"walsender", "postgres", "postgres: payments-ha: walsender replicator 127.0.0.1(5123) streaming 0/3000148", true},
-		{"pg_rewind", "pg_rewind", "/usr/lib/postgresql/15/bin/pg_rewind -D /var/tmp/payments-ha/pg1 --source-server=...", true},
-		{"pg_basebackup", "pg_basebackup", "pg_basebackup --pgdata=/var/tmp/payments-ha/pg2 -X stream", true},
-		{"the local PostgreSQL", "postgres", "postgres: 15/main: checkpointer", false},
-		{"the local PostgreSQL's postmaster", "postgres", "/usr/lib/postgresql/15/bin/postgres -D /var/lib/postgresql/15/main", false},
-		{"another HA_DIR sharing the prefix", "postgres", "postgres -D /var/tmp/payments-ha2/pg1", false},
-		{"a shell in HA_DIR", "bash", "bash -c tail -f /var/tmp/payments-ha/log/etcd.log", false},
-		{"an editor of a log", "less", "less /var/tmp/payments-ha/log/pg1-patroni.log", false},
-		{"title mentions the scope later", "postgres", "postgres: other: payments-ha: idle", false},
+		{"patroni", "patroni", "/usr/bin/python3 /usr/bin/patroni /var/tmp/payments-ha/pg1.yml", dir, true},
+		{"patroni started elsewhere", "patroni", "/usr/bin/python3 /usr/bin/patroni /var/tmp/payments-ha/pg1.yml", "/home/dev", true},
+		{"etcd", "etcd", "etcd --config-file /var/tmp/payments-ha/etcd.yml", dir, true},
+		{"postmaster", "postgres", "/usr/lib/postgresql/15/bin/postgres -D /var/tmp/payments-ha/pg2 --config-file=/var/tmp/payments-ha/pg2/postgresql.conf", dir + "/pg2", true},
+		{"orphaned backend, found by its working directory", "postgres", "postgres: payments-ha: postgres payments 127.0.0.1(40312) idle", dir + "/pg1", true},
+		{"walsender", "postgres", "postgres: payments-ha: walsender replicator 127.0.0.1(5123) streaming 0/3000148", dir + "/pg3", true},
+		{"pg_rewind", "pg_rewind", "/usr/lib/postgresql/15/bin/pg_rewind -D /var/tmp/payments-ha/pg1 --source-server=...", dir, true},
+		{"pg_basebackup", "pg_basebackup", "pg_basebackup --pgdata=/var/tmp/payments-ha/pg2 -X stream", dir, true},
+		{"another HA_DIR's backend, same title", "postgres", "postgres: payments-ha: postgres payments 127.0.0.1(40312) idle", "/tmp/TestX/ha/pg1", false},
+		{"a backend whose working directory is unreadable", "postgres", "postgres: payments-ha: checkpointer", "", false},
+		{"the local PostgreSQL", "postgres", "postgres: 15/main: checkpointer", "/var/lib/postgresql/15/main", false},
+		{"the local PostgreSQL's postmaster", "postgres", "/usr/lib/postgresql/15/bin/postgres -D /var/lib/postgresql/15/main", "/var/lib/postgresql/15/main", false},
+		{"another HA_DIR sharing the prefix", "postgres", "postgres -D /var/tmp/payments-ha2/pg1", "/var/tmp/payments-ha2/pg1", false},
+		{"a shell in HA_DIR", "bash", "bash -c tail -f /var/tmp/payments-ha/log/etcd.log", dir, false},
+		{"an editor of a log", "less", "less /var/tmp/payments-ha/log/pg1-patroni.log", dir + "/log", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := isClusterProcess(tt.comm, tt.cmd, dir); got != tt.want {
-				t.Errorf("isClusterProcess(%q, %q) = %v, want %v", tt.comm, tt.cmd, got, tt.want)
+			if got := isClusterProcess(tt.comm, tt.cmd, tt.cwd, dir); got != tt.want {
+				t.Errorf("isClusterProcess(%q, %q, %q) = %v, want %v", tt.comm, tt.cmd, tt.cwd, got, tt.want)
 			}
 		})
 	}
@@ -179,6 +181,11 @@ func TestStartBackgroundThenStop(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	if sid := session(t, pid); sid != pid {
 		t.Errorf("session = %d, want one of its own (%d)", sid, pid)
+	}
+	// In HA_DIR, not in the caller's working directory, which may be deleted
+	// while the cluster runs.
+	if cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err != nil || cwd != c.dir {
+		t.Errorf("working directory = %q (%v), want HA_DIR %s", cwd, err, c.dir)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for out, _ := os.ReadFile(logPath); string(out) != "started\n"; out, _ = os.ReadFile(logPath) {
