@@ -89,7 +89,7 @@ bench-sync: ## Fresh charges with a synchronous standby vs a single server, agai
 # make chaos-ha starts it and runs only them (CHAOS_LONG=1 for the long form).
 # HA_ENV is expanded while make reads a recipe: `ha.sh url` builds
 # bin/hacluster if needed and prints a constant; silent when that fails.
-HA_ENV = PAYMENTS_HA_URL='$(shell GO=$(GO) ./scripts/ha.sh url 2>/dev/null)' PAYMENTS_HA_PATRONI=http://127.0.0.1:8441,http://127.0.0.1:8442
+HA_ENV = PAYMENTS_HA_URL='$(shell GO=$(GO) ./scripts/ha.sh url 2>/dev/null)' PAYMENTS_HA_PATRONI=http://127.0.0.1:8441,http://127.0.0.1:8442,http://127.0.0.1:8443
 
 .PHONY: chaos chaos-ha
 chaos: ## Run the long fault-injection scenarios (CHAOS_LONG=1 ./internal/chaos, a few minutes; failover too after make ha-up)
@@ -103,13 +103,14 @@ chaos-ha: ## Start the HA cluster if needed and run the failover scenarios again
 	$(HA_ENV) $(GO) test -race -count=1 -v -timeout 30m -run '$(HA_RUN)' ./internal/chaos/
 
 # A PostgreSQL HA cluster on this machine for development and the failover
-# tests: etcd and two Patroni members (deploy/ha), a primary and a synchronous
-# standby on 127.0.0.1:5441 and :5442, data and logs in HA_DIR (default
-# /var/tmp/payments-ha). ha-up is idempotent and prints the DATABASE_URL;
+# tests: etcd and three Patroni members (deploy/ha) on 127.0.0.1:5441, :5442
+# and :5443, a primary, a synchronous standby and a replica that becomes
+# synchronous when the standby goes, so losing any one member keeps writes
+# going; data and logs in HA_DIR (default /var/tmp/payments-ha). ha-up is idempotent and prints the DATABASE_URL;
 # scripts/ha.sh has the helpers the tests use (primary, pid, ctl, ...). It
 # builds and runs cmd/hacluster, which does the work (go doc ./cmd/hacluster).
 .PHONY: ha-up ha-down ha-status
-ha-up: ## Start the HA cluster (etcd, Patroni primary + sync standby) and print its DATABASE_URL
+ha-up: ## Start the HA cluster (etcd, Patroni primary + sync standby + replica) and print its DATABASE_URL
 	GO=$(GO) ./scripts/ha.sh up
 
 ha-down: ## Stop the HA cluster and delete its data (HA_DIR)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ha.sh: a PostgreSQL HA cluster on this machine (etcd and two Patroni
+# ha.sh: a PostgreSQL HA cluster on this machine (etcd and three Patroni
 # members, deploy/ha), for development and the failover tests; make ha-up,
 # ha-down, ha-status and chaos-ha call it. The work is cmd/hacluster's (go doc
 # ./cmd/hacluster): this builds it into bin/hacluster and runs it.

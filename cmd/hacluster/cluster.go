@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +21,7 @@ import (
 const (
 	roleLeader      = "leader"
 	roleSyncStandby = "sync_standby"
+	roleReplica     = "replica"
 )
 
 // member is one entry of Patroni's GET /cluster.
@@ -64,8 +66,16 @@ func members(ctx context.Context) ([]member, error) {
 			return ms, nil
 		}
 	}
-	return nil, fmt.Errorf("no Patroni REST API answers on 127.0.0.1:%d or :%d (last: %w)",
-		specs[0].apiPort, specs[1].apiPort, err)
+	return nil, fmt.Errorf("no Patroni REST API answers on 127.0.0.1, ports %s (last: %w)", apiPorts(), err)
+}
+
+// apiPorts lists the members' REST API ports, "8441, 8442, 8443".
+func apiPorts() string {
+	ports := make([]string, len(specs))
+	for i, s := range specs {
+		ports[i] = strconv.Itoa(s.apiPort)
+	}
+	return strings.Join(ports, ", ")
 }
 
 func getCluster(ctx context.Context, client *http.Client, url string) ([]member, error) {
@@ -98,93 +108,136 @@ func roleMember(ctx context.Context, role string) (member, error) {
 	return ms[i], nil
 }
 
-// settledRoles returns the leader and the sync standby when Patroni names
-// both and shows them running: the leader "running", the standby "running"
-// (Patroni 3.0) or "streaming" (later versions).
-func settledRoles(ms []member) (leader, standby member, ok bool) {
-	var haveLeader, haveStandby bool
-	for _, m := range ms {
-		switch {
-		case m.Role == roleLeader && m.State == "running":
-			leader, haveLeader = m, true
-		case m.Role == roleSyncStandby && (m.State == "running" || m.State == "streaming"):
-			standby, haveStandby = m, true
-		}
-	}
-	ok = haveLeader && haveStandby && leader.Port != 0 && standby.Port != 0 && standby.Name != ""
-	return leader, standby, ok
+// roles is the cluster as Patroni names it: the leader, the synchronous
+// standby and the other members (replicas).
+type roles struct {
+	leader, standby member
+	replicas        []member
 }
 
-// leaderView is what the leader's PostgreSQL says of itself and of the sync
-// standby Patroni names.
+// String is the roles as `up` reports them: "leader pg1 5441, sync standby
+// pg2 5442, replica pg3 5443".
+func (r roles) String() string {
+	out := fmt.Sprintf("leader %s %d, sync standby %s %d", r.leader.Name, r.leader.Port, r.standby.Name, r.standby.Port)
+	for _, m := range r.replicas {
+		out += fmt.Sprintf(", replica %s %d", m.Name, m.Port)
+	}
+	return out
+}
+
+// streams reports whether Patroni shows a standby as running: "running"
+// (Patroni 3.0) or "streaming" (later versions).
+func streams(m member) bool { return m.State == "running" || m.State == "streaming" }
+
+// settledRoles returns the roles when Patroni shows every member of specs
+// running with a port: one leader, one sync standby and the others replicas.
+// It says what is missing otherwise.
+func settledRoles(ms []member) (roles, error) {
+	var r roles
+	var leaders, standbys int
+	for _, m := range ms {
+		switch {
+		case m.Role == roleLeader && m.State == "running" && m.Port != 0:
+			r.leader, leaders = m, leaders+1
+		case m.Role == roleSyncStandby && streams(m) && m.Port != 0 && m.Name != "":
+			r.standby, standbys = m, standbys+1
+		case m.Role == roleReplica && streams(m) && m.Port != 0 && m.Name != "":
+			r.replicas = append(r.replicas, m)
+		}
+	}
+	switch {
+	case leaders != 1 || standbys != 1:
+		return roles{}, errors.New("no running leader with a running sync standby in Patroni's /cluster")
+	case 2+len(r.replicas) != len(specs):
+		return roles{}, fmt.Errorf("%d of the %d members are not running replicas in Patroni's /cluster",
+			len(specs)-2-len(r.replicas), len(specs)-2)
+	}
+	return r, nil
+}
+
+// leaderView is what the leader's PostgreSQL says of itself and of the
+// standbys streaming to it.
 type leaderView struct {
-	inRecovery         bool
-	syncStandbyNames   string // synchronous_standby_names
-	standbyStreamsSync bool   // pg_stat_replication: streaming, sync_state sync
+	inRecovery       bool
+	syncStandbyNames string            // synchronous_standby_names
+	replication      map[string]string // pg_stat_replication: application_name → "state/sync_state"
 }
 
 const leaderQuery = `
 SELECT pg_is_in_recovery(),
        current_setting('synchronous_standby_names'),
-       EXISTS (SELECT 1 FROM pg_stat_replication
-               WHERE application_name = $1 AND state = 'streaming' AND sync_state = 'sync')`
+       (SELECT coalesce(json_object_agg(application_name, concat(state, '/', sync_state)), '{}')
+        FROM pg_stat_replication)`
 
 // standbyNameSep splits synchronous_standby_names ("pg2", `1 ("pg2")`,
 // `ANY 1 (pg1, pg2)`) into its words.
 var standbyNameSep = regexp.MustCompile(`[\s,()"]+`)
 
 // problem says why the leader does not serve standby as its synchronous
-// standby, or returns "" when it does: it accepts writes, names standby in
-// synchronous_standby_names, and standby streams to it as synchronous.
-func (v leaderView) problem(standby string) string {
+// standby and every one of replicas as a standby, or returns "" when it
+// does: it accepts writes, names standby in synchronous_standby_names,
+// standby streams to it as synchronous and each replica streams to it.
+func (v leaderView) problem(standby string, replicas []string) string {
 	switch {
 	case v.inRecovery:
 		return "it is in recovery"
 	case standby == "" || !slices.Contains(standbyNameSep.Split(v.syncStandbyNames, -1), standby):
 		return fmt.Sprintf("its synchronous_standby_names %q does not name %s", v.syncStandbyNames, standby)
-	case !v.standbyStreamsSync:
-		return fmt.Sprintf("%s does not stream to it as synchronous", standby)
+	case v.replication[standby] != "streaming/sync":
+		return fmt.Sprintf("%s does not stream to it as synchronous (%v)", standby, v.replication)
+	}
+	for _, r := range replicas {
+		if state, _, _ := strings.Cut(v.replication[r], "/"); state != "streaming" {
+			return fmt.Sprintf("replica %s does not stream to it (%v)", r, v.replication)
+		}
 	}
 	return ""
 }
 
-// health returns nil when the cluster is settled, as the failover scenarios
-// require before each fault (internal/chaos/cluster_test.go, settle):
-// Patroni names a running leader and a sync standby (settledRoles), the
-// leader's PostgreSQL serves that standby as synchronous (leaderView), and
-// the standby's PostgreSQL is in recovery. Otherwise it says what is
+// health returns the roles when the cluster is settled, as the failover
+// scenarios require before each fault (internal/chaos/cluster_test.go,
+// settle): Patroni names a running leader, a sync standby and the other
+// members running replicas (settledRoles), the leader's PostgreSQL serves
+// that standby as synchronous and every replica as a standby (leaderView),
+// and the standbys' PostgreSQL is in recovery. Otherwise it says what is
 // missing. Patroni's word alone lags a fault by up to a loop: right after a
 // kill it still shows the dead member as running.
-func health(ctx context.Context) error {
+func health(ctx context.Context) (roles, error) {
 	ms, err := members(ctx)
 	if err != nil {
-		return err
+		return roles{}, err
 	}
-	leader, standby, ok := settledRoles(ms)
-	if !ok {
-		return errors.New("no running leader with a running sync standby in Patroni's /cluster")
+	r, err := settledRoles(ms)
+	if err != nil {
+		return roles{}, err
 	}
 	var v leaderView
-	err = query(ctx, leader.Port, func(conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, leaderQuery, standby.Name).Scan(&v.inRecovery, &v.syncStandbyNames, &v.standbyStreamsSync)
+	err = query(ctx, r.leader.Port, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, leaderQuery).Scan(&v.inRecovery, &v.syncStandbyNames, &v.replication)
 	})
 	if err != nil {
-		return fmt.Errorf("leader %s: %w", leader.Name, err)
+		return roles{}, fmt.Errorf("leader %s: %w", r.leader.Name, err)
 	}
-	if p := v.problem(standby.Name); p != "" {
-		return fmt.Errorf("leader %s: %s", leader.Name, p)
+	replicaNames := make([]string, len(r.replicas))
+	for i, m := range r.replicas {
+		replicaNames[i] = m.Name
 	}
-	var inRecovery bool
-	err = query(ctx, standby.Port, func(conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
-	})
-	if err != nil {
-		return fmt.Errorf("sync standby %s: %w", standby.Name, err)
+	if p := v.problem(r.standby.Name, replicaNames); p != "" {
+		return roles{}, fmt.Errorf("leader %s: %s", r.leader.Name, p)
 	}
-	if !inRecovery {
-		return fmt.Errorf("sync standby %s is not in recovery", standby.Name)
+	for _, m := range append([]member{r.standby}, r.replicas...) {
+		var inRecovery bool
+		err = query(ctx, m.Port, func(conn *pgx.Conn) error {
+			return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
+		})
+		if err != nil {
+			return roles{}, fmt.Errorf("%s %s: %w", m.Role, m.Name, err)
+		}
+		if !inRecovery {
+			return roles{}, fmt.Errorf("%s %s is not in recovery", m.Role, m.Name)
+		}
 	}
-	return nil
+	return r, nil
 }
 
 // query runs f on a connection to the postgres database of the member
@@ -201,33 +254,34 @@ func query(ctx context.Context, port int, f func(*pgx.Conn) error) error {
 	return f(conn)
 }
 
-// waitHealthy waits up to HA_WAIT for health; on timeout it shows the
-// members and the end of every log, and returns an error.
-func (c *cluster) waitHealthy(ctx context.Context) error {
+// waitHealthy waits up to HA_WAIT for health and returns the roles; on
+// timeout it shows the members and the end of every log, and returns an
+// error.
+func (c *cluster) waitHealthy(ctx context.Context) (roles, error) {
 	limit, err := c.waitLimit()
 	if err != nil {
-		return err
+		return roles{}, err
 	}
 	deadline := time.Now().Add(limit)
 	next := time.Now().Add(10 * time.Second)
 	for {
-		err := health(ctx)
+		r, err := health(ctx)
 		if err == nil {
-			return nil
+			return r, nil
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
 			c.showState(ctx)
-			return fmt.Errorf("no leader with a sync standby after %d s (HA_WAIT): %w; the members and logs are above",
+			return roles{}, fmt.Errorf("no leader with a sync standby and every replica streaming after %d s (HA_WAIT): %w; the members and logs are above",
 				int(limit.Seconds()), err)
 		}
 		if !now.Before(next) {
-			c.say("waiting for a leader and a sync standby (%d s left): %v", int(deadline.Sub(now).Seconds()), err)
+			c.say("waiting for a leader, a sync standby and every replica streaming (%d s left): %v", int(deadline.Sub(now).Seconds()), err)
 			next = now.Add(10 * time.Second)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return roles{}, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -255,11 +309,7 @@ func (c *cluster) showState(ctx context.Context) {
 // ensureDatabase creates the service's database on the leader (it
 // replicates) when missing; `payments migrate up` would create it too, but
 // psql to the URL should work straight after `up`.
-func (c *cluster) ensureDatabase(ctx context.Context) error {
-	leader, err := roleMember(ctx, roleLeader)
-	if err != nil {
-		return err
-	}
+func (c *cluster) ensureDatabase(ctx context.Context, leader member) error {
 	return query(ctx, leader.Port, func(conn *pgx.Conn) error {
 		var exists bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'payments')").Scan(&exists); err != nil {

@@ -17,8 +17,9 @@ import (
 // pgBin holds the PostgreSQL that deploy/ha/patroni.yml.in names (bin_dir).
 const pgBin = "/usr/lib/postgresql/15/bin"
 
-// up starts what is not running, waits for a settled cluster, creates
-// database payments and prints the DATABASE_URL.
+// up starts what is not running, waits for a settled cluster (a leader, a
+// sync standby and the third member streaming), creates database payments
+// and prints the DATABASE_URL.
 func (c *cluster) up(ctx context.Context, stdout io.Writer) error {
 	if err := c.checkTools(); err != nil {
 		return err
@@ -39,22 +40,14 @@ func (c *cluster) up(ctx context.Context, stdout io.Writer) error {
 			return err
 		}
 	}
-	if err := c.waitHealthy(ctx); err != nil {
-		return err
-	}
-	if err := c.ensureDatabase(ctx); err != nil {
-		return err
-	}
-	leader, err := roleMember(ctx, roleLeader)
+	r, err := c.waitHealthy(ctx)
 	if err != nil {
 		return err
 	}
-	standby, err := roleMember(ctx, roleSyncStandby)
-	if err != nil {
+	if err := c.ensureDatabase(ctx, r.leader); err != nil {
 		return err
 	}
-	c.say("up in %d s: leader %s %d, sync standby %s %d",
-		int(time.Since(started).Seconds()), leader.Name, leader.Port, standby.Name, standby.Port)
+	c.say("up in %d s: %v", int(time.Since(started).Seconds()), r)
 	c.say("logs in %s; stop with: make ha-down", c.path("log"))
 	_, err = fmt.Fprintln(stdout, databaseURL)
 	return err

@@ -24,7 +24,7 @@ func TestRenderPatroniTemplate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
-			port := map[string]string{"pg1": "1", "pg2": "2"}[s.name]
+			port := map[string]string{"pg1": "1", "pg2": "2", "pg3": "3"}[s.name]
 			for _, want := range []string{
 				"\nname: " + s.name + "\n",
 				"listen: 127.0.0.1:844" + port + "\n",
@@ -121,14 +121,14 @@ func TestPrepareThenDown(t *testing.T) {
 			t.Fatalf("prepare: %v", err)
 		}
 	}
-	for _, f := range []string{marker, "etcd.yml", "pg1.yml", "pg2.yml", "run", "log"} {
+	for _, f := range []string{marker, "etcd.yml", "pg1.yml", "pg2.yml", "pg3.yml", "run", "log"} {
 		if _, err := os.Stat(c.path(f)); err != nil {
 			t.Errorf("after prepare: %v", err)
 		}
 	}
-	pg2, err := os.ReadFile(c.path("pg2.yml"))
-	if err != nil || !strings.Contains(string(pg2), "data_dir: "+c.path("pg2")+"\n") {
-		t.Errorf("pg2.yml does not put the data in HA_DIR (%v)", err)
+	pg3, err := os.ReadFile(c.path("pg3.yml"))
+	if err != nil || !strings.Contains(string(pg3), "data_dir: "+c.path("pg3")+"\n") {
+		t.Errorf("pg3.yml does not put the data in HA_DIR (%v)", err)
 	}
 	if err := c.down(); err != nil {
 		t.Fatalf("down: %v", err)

@@ -3,16 +3,20 @@
 // bin/hacluster and runs it; `make ha-up`, `make ha-down` and `make ha-status`
 // call that.
 //
-// One etcd and two Patroni members, pg1 (PostgreSQL 127.0.0.1:5441, Patroni
-// REST 127.0.0.1:8441) and pg2 (5442, 8442): a primary and a synchronous
-// standby in strict mode. The configuration is deploy/ha/*.in, rendered into
+// One etcd and three Patroni members, pg1 (PostgreSQL 127.0.0.1:5441,
+// Patroni REST 127.0.0.1:8441), pg2 (5442, 8442) and pg3 (5443, 8443): a
+// primary, a synchronous standby and a replica that Patroni makes synchronous
+// when the standby goes, in strict mode, so that losing any one member keeps
+// writes going. The configuration is deploy/ha/*.in, rendered into
 // HA_DIR; data, logs, sockets and pid files live there too, outside the
 // repository. Nothing uses systemd: the processes are started in sessions of
-// their own (setsid), so they outlive the command that ran `up`.
+// their own (setsid), so they outlive the command that ran `up`, and with
+// HA_DIR as their working directory, so that none depends on the caller's.
 //
 //	hacluster up            start what is not running, wait for a settled
-//	                        cluster (a leader and a sync standby streaming to
-//	                        it, see health in cluster.go), create database
+//	                        cluster (a leader, a sync standby and the other
+//	                        replica streaming to it, see health in
+//	                        cluster.go), create database
 //	                        payments, print the DATABASE_URL (the only line
 //	                        on stdout)
 //	hacluster down          stop everything, delete HA_DIR
@@ -21,7 +25,7 @@
 //	hacluster url           the DATABASE_URL
 //	hacluster primary       the leader's name and port: "pg1 5441"
 //	hacluster standby       the sync standby's name and port
-//	hacluster pid MEMBER    the postmaster pid of pg1 or pg2 (from its postmaster.pid)
+//	hacluster pid MEMBER    the postmaster pid of pg1, pg2 or pg3 (from its postmaster.pid)
 //	hacluster ctl ARGS...   patronictl with the cluster's configuration, e.g.
 //	                        `hacluster ctl switchover --force`
 //
@@ -60,10 +64,10 @@ func main() {
 const usage = `usage: hacluster up|down|status|wait|url|primary|standby|pid MEMBER|ctl ARGS...
 (scripts/ha.sh builds and runs it; go doc ./cmd/hacluster says what each does)`
 
-// databaseURL names both members: libpq and pgx try them in order and keep
+// databaseURL names every member: libpq and pgx try them in order and keep
 // the first that accepts writes, so a new connection finds the primary
 // wherever it is now.
-const databaseURL = "postgres://postgres@127.0.0.1:5441,127.0.0.1:5442/payments?sslmode=disable&target_session_attrs=read-write"
+const databaseURL = "postgres://postgres@127.0.0.1:5441,127.0.0.1:5442,127.0.0.1:5443/payments?sslmode=disable&target_session_attrs=read-write"
 
 // run is the whole program behind main: the command table.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -87,7 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "status":
 		return c.status(ctx, stdout)
 	case "wait":
-		return c.waitHealthy(ctx)
+		_, err := c.waitHealthy(ctx)
+		return err
 	case "primary":
 		return c.printRole(ctx, stdout, roleLeader)
 	case "standby":
@@ -111,6 +116,7 @@ type spec struct {
 var specs = []spec{
 	{name: "pg1", pgPort: 5441, apiPort: 8441},
 	{name: "pg2", pgPort: 5442, apiPort: 8442},
+	{name: "pg3", pgPort: 5443, apiPort: 8443},
 }
 
 // As in deploy/ha/etcd.yml.in.
@@ -126,7 +132,7 @@ func lookupSpec(name string) (spec, error) {
 			return s, nil
 		}
 	}
-	return spec{}, fmt.Errorf("unknown member %q (pg1 or pg2)", name)
+	return spec{}, fmt.Errorf("unknown member %q (pg1, pg2 or pg3)", name)
 }
 
 // cluster is the cluster in one HA_DIR, and where to say what happens to it.
@@ -193,7 +199,7 @@ func (c *cluster) printRole(ctx context.Context, stdout io.Writer, role string) 
 // printPostmaster prints the postmaster pid of the member args names.
 func (c *cluster) printPostmaster(args []string, stdout io.Writer) error {
 	if len(args) != 1 {
-		return errors.New("usage: hacluster pid pg1|pg2")
+		return errors.New("usage: hacluster pid pg1|pg2|pg3")
 	}
 	s, err := lookupSpec(args[0])
 	if err != nil {
