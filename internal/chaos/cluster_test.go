@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,8 +18,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// cluster is a Patroni cluster of one primary and one synchronous standby,
-// started by make ha-up (scripts/ha.sh, cmd/hacluster). The failover
+// cluster is a Patroni cluster of one primary, one synchronous standby and
+// one asynchronous replica, which Patroni makes synchronous when the standby
+// goes or is promoted, started by make ha-up (scripts/ha.sh, cmd/hacluster).
+// The failover
 // scenarios run only against one: make chaos-ha names it in PAYMENTS_HA_URL
 // (the multi-host URL of its postgres database,
 // target_session_attrs=read-write) and PAYMENTS_HA_PATRONI (the members' REST
@@ -41,7 +42,7 @@ func haCluster(t *testing.T) *cluster {
 	c := &cluster{url: u, patroni: strings.Split(api, ",")}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	c.settle(t, ctx, nil)
+	c.settle(t, ctx, wholeCluster, nil)
 	return c
 }
 
@@ -77,10 +78,10 @@ func (c *cluster) members() ([]member, error) {
 	return nil, fmt.Errorf("no Patroni REST API answered: %w", lastErr)
 }
 
-// roles returns the running leader and synchronous standby ("" where none).
-// Patroni's word alone: it shows a member that just died as running until
-// that member's next loop.
-func (c *cluster) roles() (leader, standby member, err error) {
+// roles returns the running leader, synchronous standby and replicas (""
+// where none). Patroni's word alone: it shows a member that just died as
+// running until that member's next loop.
+func (c *cluster) roles() (leader, standby member, replicas []member, err error) {
 	ms, err := c.members()
 	for _, m := range ms {
 		if m.State != "running" && m.State != "streaming" {
@@ -91,9 +92,11 @@ func (c *cluster) roles() (leader, standby member, err error) {
 			leader = m
 		case "sync_standby":
 			standby = m
+		case "replica":
+			replicas = append(replicas, m)
 		}
 	}
-	return leader, standby, err
+	return leader, standby, replicas, err
 }
 
 // settleTimeout bounds the wait for a settled cluster: a member killed by the
@@ -113,21 +116,36 @@ type server struct {
 	replication map[string]string
 }
 
-// settled is the cluster in the state every fault starts from: Patroni names
-// a running leader and a synchronous standby, and their servers agree.
-type settled struct{ leader, standby server }
+// settled is the cluster in the state a fault starts from: Patroni names a
+// running leader and a synchronous standby, and their servers agree; and,
+// when the whole cluster is asked for, a running replica streaming to the
+// leader (replica is the zero server otherwise).
+type settled struct{ leader, standby, replica server }
 
 func (s settled) String() string {
-	return fmt.Sprintf("leader %s (postmaster %d, timeline %d), sync standby %s (postmaster %d)",
+	out := fmt.Sprintf("leader %s (postmaster %d, timeline %d), sync standby %s (postmaster %d)",
 		s.leader.Name, s.leader.postmaster.pid, s.leader.Timeline, s.standby.Name, s.standby.postmaster.pid)
+	if s.replica.Name != "" {
+		out += fmt.Sprintf(", replica %s (postmaster %d)", s.replica.Name, s.replica.postmaster.pid)
+	}
+	return out
 }
 
-// settle waits, until ctx ends, for the cluster to be settled and, when ready
+// How much of the cluster settle waits for: every member (wholeCluster), or a
+// leader and a synchronous standby only (leaderAndStandby), which is all a
+// primary needs to commit, with the third member maybe still on its way back.
+const (
+	wholeCluster     = true
+	leaderAndStandby = false
+)
+
+// settle waits, until ctx ends, for the cluster to be settled (whole: with
+// its replica too) and, when ready
 // is not nil, for ready (the service's /readyz) to return nil; it returns the
 // cluster as it last found it, and fails t with the last thing missing when
 // ctx ends first. The cluster is looked at after ready, so that what settle
 // returns is as fresh as it can be.
-func (c *cluster) settle(t *testing.T, ctx context.Context, ready func() error) settled {
+func (c *cluster) settle(t *testing.T, ctx context.Context, whole bool, ready func() error) settled {
 	t.Helper()
 	began := time.Now()
 	var last string
@@ -138,7 +156,7 @@ func (c *cluster) settle(t *testing.T, ctx context.Context, ready func() error) 
 			err = ready()
 		}
 		if err == nil {
-			s, err = c.look(ctx)
+			s, err = c.look(ctx, whole)
 		}
 		if err == nil {
 			return s
@@ -164,15 +182,17 @@ func (c *cluster) settle(t *testing.T, ctx context.Context, ready func() error) 
 // look returns the cluster if it is settled: Patroni names a running leader
 // and a synchronous standby (its sync state); the leader's server is a
 // primary whose synchronous_standby_names names that standby, which streams
-// to it as synchronous; the standby's server is in recovery.
-func (c *cluster) look(ctx context.Context) (settled, error) {
-	leader, standby, err := c.roles()
+// to it as synchronous; the standby's server is in recovery. With whole,
+// Patroni also names one running replica, whose server is in recovery and
+// streams to the leader.
+func (c *cluster) look(ctx context.Context, whole bool) (settled, error) {
+	leader, standby, replicas, err := c.roles()
 	if err != nil {
 		return settled{}, err
 	}
-	if leader.Name == "" || standby.Name == "" {
+	if leader.Name == "" || standby.Name == "" || whole && len(replicas) != 1 {
 		ms, _ := c.members()
-		return settled{}, fmt.Errorf("Patroni names no running leader and synchronous standby: %+v", ms)
+		return settled{}, fmt.Errorf("Patroni names no running leader, synchronous standby and replica: %+v", ms)
 	}
 	var s settled
 	if s.leader, err = c.describe(ctx, leader); err != nil {
@@ -190,6 +210,15 @@ func (c *cluster) look(ctx context.Context) (settled, error) {
 		return settled{}, fmt.Errorf("%s's synchronous_standby_names is %q, not naming %s", leader.Name, s.leader.syncNames, standby.Name)
 	case s.leader.replication[standby.Name] != "streaming/sync":
 		return settled{}, fmt.Errorf("%s does not stream to %s as its synchronous standby: %v", standby.Name, leader.Name, s.leader.replication)
+	}
+	if !whole {
+		return s, nil
+	}
+	if s.replica, err = c.describe(ctx, replicas[0]); err != nil {
+		return settled{}, err
+	}
+	if state, _, _ := strings.Cut(s.leader.replication[s.replica.Name], "/"); s.replica.primary || state != "streaming" {
+		return settled{}, fmt.Errorf("replica %s is not a standby streaming to %s: %v", s.replica.Name, leader.Name, s.leader.replication)
 	}
 	return s, nil
 }
@@ -247,135 +276,6 @@ func netJoin(host string, port int) string {
 		return "[" + host + "]:" + strconv.Itoa(port)
 	}
 	return host + ":" + strconv.Itoa(port)
-}
-
-// proc is one process, told apart from a later one that reuses its pid by
-// its start time.
-type proc struct {
-	pid   int
-	start string // field 22 of /proc/<pid>/stat, in clock ticks after boot
-}
-
-// stat returns a process's state letter and start time from /proc/<pid>/stat.
-func stat(pid int) (state, start string, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", "", err
-	}
-	// pid (comm) state ppid ...; comm may hold spaces, so read after ')'.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 20 {
-		return "", "", fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
-	}
-	return f[0], f[19], nil
-}
-
-// procOf returns the running process pid.
-func procOf(pid int) (proc, error) {
-	_, start, err := stat(pid)
-	if err != nil {
-		return proc{}, err
-	}
-	return proc{pid: pid, start: start}, nil
-}
-
-// running reports whether p has not exited (a zombie has).
-func (p proc) running() bool {
-	state, start, err := stat(p.pid)
-	return err == nil && start == p.start && state != "Z" && state != "X"
-}
-
-// processes returns every running process of the server whose data
-// directory is dataDir: PostgreSQL's postmaster changes into its data
-// directory, and every process it starts inherits that (backends,
-// walsenders, the startup process and walreceiver, the checkpointer...),
-// also once orphaned by its postmaster's death. Reading another user's
-// /proc/<pid>/cwd takes root or that user: killServer checks that the
-// postmaster is among them.
-func processes(dataDir string) []proc {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err != nil || cwd != dataDir {
-			continue
-		}
-		if p, err := procOf(pid); err == nil && p.running() {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// signalAll sends sig to every process of procs that still runs.
-func signalAll(procs []proc, sig syscall.Signal) error {
-	for _, p := range procs {
-		if !p.running() {
-			continue
-		}
-		if err := syscall.Kill(p.pid, sig); err != nil && err != syscall.ESRCH {
-			return err
-		}
-	}
-	return nil
-}
-
-// stillThere returns errMoved when srv's postmaster is no longer the one
-// settle saw running: the member restarted (a demotion restarts it) or died.
-func stillThere(srv server) error {
-	if !srv.postmaster.running() {
-		return fmt.Errorf("%w: %s's postmaster (pid %d) is gone", errMoved, srv.Name, srv.postmaster.pid)
-	}
-	return nil
-}
-
-// killServer sends SIGKILL to srv's postmaster, or with all to every process
-// of srv, and returns once every process of srv is gone: kill(2) returns
-// before the kernel has ended the postmaster, and its backends and walsender
-// go on serving (committing, acknowledging) until each notices that death;
-// until then the fault has not happened. It returns how long that took, and
-// fails when a process outlives the signal by 30 s.
-func killServer(srv server, all bool) (time.Duration, error) {
-	procs := processes(srv.dataDir)
-	if !slices.Contains(procs, srv.postmaster) {
-		return 0, fmt.Errorf("%s's postmaster (pid %d) is not among the processes working in %s that this test can see (it needs root or the postgres user)",
-			srv.Name, srv.postmaster.pid, srv.dataDir)
-	}
-	sent := time.Now()
-	var err error
-	if all {
-		err = signalAll(procs, syscall.SIGKILL)
-	} else {
-		err = signalAll([]proc{srv.postmaster}, syscall.SIGKILL)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("SIGKILL %s: %w", srv.Name, err)
-	}
-	// Listed again now that the postmaster can start no other process: one
-	// forked since the first listing is waited for too.
-	procs = append(procs, processes(srv.dataDir)...)
-	return waitGone(srv.Name, procs, sent, 30*time.Second)
-}
-
-// waitGone waits until every process of procs has exited, polling every
-// millisecond, and returns the time since sent.
-func waitGone(name string, procs []proc, sent time.Time, bound time.Duration) (time.Duration, error) {
-	for {
-		left := slices.DeleteFunc(slices.Clone(procs), func(p proc) bool { return !p.running() })
-		if len(left) == 0 {
-			return time.Since(sent), nil
-		}
-		if time.Since(sent) > bound {
-			return 0, fmt.Errorf("%d processes of %s still run %v after SIGKILL: %v", len(left), name, bound, left)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // errMoved says that the cluster was no longer as settle had found it when
