@@ -54,6 +54,12 @@ type member struct {
 	Host     string `json:"host"`
 	Port     int    `json:"port"`
 	Timeline int    `json:"timeline"`
+	APIURL   string `json:"api_url"` // http://host:port/patroni
+}
+
+// String is the member as settle reports it: "pg3 replica starting 5443 tl 8".
+func (m member) String() string {
+	return fmt.Sprintf("%s %s %s %d tl %d", m.Name, m.Role, m.State, m.Port, m.Timeline)
 }
 
 // members asks the first member's REST API that answers for the cluster.
@@ -149,7 +155,11 @@ func (c *cluster) settle(t *testing.T, ctx context.Context, whole bool, ready fu
 	t.Helper()
 	began := time.Now()
 	var last string
+	starting := map[string]time.Time{} // when each member was first seen starting
 	for {
+		if whole {
+			c.rebuildStuck(t, starting)
+		}
 		var s settled
 		err := ctx.Err()
 		if err == nil && ready != nil {
@@ -179,6 +189,50 @@ func (c *cluster) settle(t *testing.T, ctx context.Context, whole bool, ready fu
 	}
 }
 
+// stuckAfter is how long a member may be seen starting before settle, waiting
+// for the whole cluster, rebuilds it (rebuildStuck); a start takes seconds.
+const stuckAfter = 30 * time.Second
+
+// rebuildStuck rebuilds from the leader, saying so, every member that Patroni
+// has shown "starting" since stuckAfter ago or longer (POST /reinitialize, as
+// `patronictl reinit` does); since records when each member was first seen
+// starting, and forgets one seen otherwise. A member whose pg_rewind was cut by its
+// source's death (two failovers in a row) is restarted by Patroni 3.0.2
+// while no member holds the leader key, so without primary_conninfo, and as
+// pg_rewind left it needing WAL past its own it never becomes consistent:
+// it stays "starting" for good, and Patroni never points it at the new
+// leader (docs/reliability.md, "Failover").
+func (c *cluster) rebuildStuck(t *testing.T, since map[string]time.Time) {
+	t.Helper()
+	ms, err := c.members()
+	if err != nil {
+		return
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for _, m := range ms {
+		first, seen := since[m.Name]
+		switch {
+		case m.State != "starting":
+			delete(since, m.Name)
+			continue
+		case !seen:
+			since[m.Name] = time.Now()
+			continue
+		case time.Since(first) < stuckAfter || m.APIURL == "":
+			continue
+		}
+		since[m.Name] = time.Now() // once per stuckAfter at most
+		t.Logf("%s has been starting for %v: rebuilding it from the leader (POST /reinitialize)", m.Name, stuckAfter)
+		resp, err := client.Post(strings.TrimSuffix(m.APIURL, "/patroni")+"/reinitialize", "application/json", strings.NewReader(`{"force": true}`))
+		if err != nil {
+			t.Logf("reinitialize %s: %v", m.Name, err)
+			continue
+		}
+		resp.Body.Close()
+		t.Logf("reinitialize %s: %s", m.Name, resp.Status)
+	}
+}
+
 // look returns the cluster if it is settled: Patroni names a running leader
 // and a synchronous standby (its sync state); the leader's server is a
 // primary whose synchronous_standby_names names that standby, which streams
@@ -192,7 +246,7 @@ func (c *cluster) look(ctx context.Context, whole bool) (settled, error) {
 	}
 	if leader.Name == "" || standby.Name == "" || whole && len(replicas) != 1 {
 		ms, _ := c.members()
-		return settled{}, fmt.Errorf("Patroni names no running leader, synchronous standby and replica: %+v", ms)
+		return settled{}, fmt.Errorf("Patroni names no running leader, synchronous standby and replica: %v", ms)
 	}
 	var s settled
 	if s.leader, err = c.describe(ctx, leader); err != nil {

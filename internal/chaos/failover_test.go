@@ -283,7 +283,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	}
 	settleCtx, cancelSettle := context.WithTimeout(ctx, settleTimeout)
 	defer cancelSettle()
-	newLeader := cl.settle(t, settleCtx, leaderAndStandby, func() error { return readyz(ctx, c) }).leader
+	newLeader := cl.settle(t, settleCtx, wholeCluster, func() error { return readyz(ctx, c) }).leader
 	requestsInRun := c.stats.requests.Load()
 
 	unexpected, replayMismatch := checkReplays(t, ctx, c, s.recorded())
