@@ -57,9 +57,9 @@ type member struct {
 	APIURL   string `json:"api_url"` // http://host:port/patroni
 }
 
-// String is the member as settle reports it: "pg3 replica starting 5443 tl 8".
+// String is the member as settle reports it: "pg3=replica/starting/5443/tl8".
 func (m member) String() string {
-	return fmt.Sprintf("%s %s %s %d tl %d", m.Name, m.Role, m.State, m.Port, m.Timeline)
+	return fmt.Sprintf("%s=%s/%s/%d/tl%d", m.Name, m.Role, m.State, m.Port, m.Timeline)
 }
 
 // members asks the first member's REST API that answers for the cluster.
