@@ -149,8 +149,7 @@ func settledRoles(ms []member) (roles, error) {
 	case leaders != 1 || standbys != 1:
 		return roles{}, errors.New("no running leader with a running sync standby in Patroni's /cluster")
 	case 2+len(r.replicas) != len(specs):
-		return roles{}, fmt.Errorf("%d of the %d members are not running replicas in Patroni's /cluster",
-			len(specs)-2-len(r.replicas), len(specs)-2)
+		return roles{}, fmt.Errorf("%d running replicas in Patroni's /cluster, want %d", len(r.replicas), len(specs)-2)
 	}
 	return r, nil
 }
