@@ -252,17 +252,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		hooks = startHooks(t, s, c, svc)
 	}
 
-	var accounts []string
-	for range nAcct {
-		acct := c.mustAccount(t, ctx, usd)
-		accounts = append(accounts, acct)
-		o := drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
-			amount: 1_000_000, body: []byte(`{"amount":1000000}`)})
-		if o.answer.status != http.StatusCreated {
-			t.Fatalf("opening deposit: %d %s", o.answer.status, o.answer.body)
-		}
-		record(o)
-	}
+	accounts := openAccounts(t, ctx, c, nAcct, record)
 
 	// The clients charge until stop closes.
 	stop := make(chan struct{})
@@ -308,6 +298,24 @@ func runFailover(t *testing.T, sc failoverScenario) {
 		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()) + hv.violations,
 		command:    reproduceHA(t.Name()),
 	}.log(t, time.Since(s.began))
+}
+
+// openAccounts opens n accounts, each funded with a deposit that it
+// records for the audit.
+func openAccounts(t *testing.T, ctx context.Context, c *client, n int, record func(op)) []string {
+	t.Helper()
+	var accounts []string
+	for range n {
+		acct := c.mustAccount(t, ctx, usd)
+		accounts = append(accounts, acct)
+		o := drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
+			amount: 1_000_000, body: []byte(`{"amount":1000000}`)})
+		if o.answer.status != http.StatusCreated {
+			t.Fatalf("opening deposit: %d %s", o.answer.status, o.answer.body)
+		}
+		record(o)
+	}
+	return accounts
 }
 
 // checkReplays checks that every definite answer of ops is stored and
