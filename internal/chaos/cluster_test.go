@@ -29,6 +29,7 @@ import (
 type cluster struct {
 	url     string
 	patroni []string
+	rebuilt int // members rebuilt by rebuildStuck so far
 }
 
 // haCluster returns the cluster, settled (see settle), or skips t, saying how
@@ -230,6 +231,7 @@ func (c *cluster) rebuildStuck(t *testing.T, since map[string]time.Time) {
 		}
 		resp.Body.Close()
 		t.Logf("reinitialize %s: %s", m.Name, resp.Status)
+		c.rebuilt++
 	}
 }
 

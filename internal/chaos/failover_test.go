@@ -229,6 +229,7 @@ type failoverScenario struct {
 
 func runFailover(t *testing.T, sc failoverScenario) {
 	cl := haCluster(t)
+	rebuiltBefore := cl.rebuilt // by the previous scenario's faults
 	var (
 		workers = scale(6, 12)
 		nAcct   = scale(6, 20)
@@ -274,6 +275,10 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	settleCtx, cancelSettle := context.WithTimeout(ctx, settleTimeout)
 	defer cancelSettle()
 	newLeader := cl.settle(t, settleCtx, wholeCluster, func() error { return readyz(ctx, c) }).leader
+	rebuilt := "" // what the table must not hide: the cluster did not heal by itself
+	if n := cl.rebuilt - rebuiltBefore; n > 0 {
+		rebuilt = fmt.Sprintf("; %d member stuck starting, rebuilt by the harness", n)
+	}
 	requestsInRun := c.stats.requests.Load()
 
 	unexpected, replayMismatch := checkReplays(t, ctx, c, s.recorded())
@@ -292,7 +297,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	summary{
 		scenario:   sc.name,
 		requests:   st.requests.Load() + hv.requests,
-		faults:     sc.faults + "; first charge after " + recoveries(strikes, 100*time.Millisecond) + hv.faults,
+		faults:     sc.faults + "; first charge after " + recoveries(strikes, 100*time.Millisecond) + hv.faults + rebuilt,
 		duplicates: end.audit.duplicateCharges,
 		lost:       end.lost() + hv.lost,
 		violations: end.violations() + unexpected + replayMismatch + int(unresolved.Load()) + hv.violations,
