@@ -104,7 +104,10 @@ func TestFailoverTwoPrimariesKilled(t *testing.T) {
 // only a WARNING. Then the primary is SIGKILLed, walsender and all, and the
 // standby is promoted without those commits. Nothing acknowledged may be
 // missing, and nothing published. (statement_timeout cannot cause this:
-// PostgreSQL disarms it before it commits.)
+// PostgreSQL disarms it before it commits.) Beside the charging clients, a
+// reader lists charges, an operator revokes API keys and the consumer
+// applies events (failoverWitness, issue 30): nothing a read showed, no
+// revocation reported and no effect acknowledged may be missing either.
 func TestFailoverDuringStalledReplication(t *testing.T) {
 	runFailover(t, failoverScenario{
 		name: "failover: replication stalled 3 s, commits cancelled, then primary SIGKILLed",
@@ -112,6 +115,7 @@ func TestFailoverDuringStalledReplication(t *testing.T) {
 			"primary SIGKILLed",
 		clientTimeout: time.Second,
 		primaryLost:   true,
+		witness:       true,
 		// Without one, the scenario did not make the hazard it is about.
 		mustLog: "commit not confirmed",
 		fault: func(t *testing.T, ctx context.Context, c *cluster, at settled) error {
@@ -225,6 +229,10 @@ type failoverScenario struct {
 	// charging beside the first, and faults with a delivery request held
 	// (failoverHooks).
 	webhooks bool
+	// witness adds a reader, an operator revoking API keys and the
+	// consumer, none of whom may have been shown what the failover lost
+	// (failoverWitness).
+	witness bool
 }
 
 func runFailover(t *testing.T, sc failoverScenario) {
@@ -248,10 +256,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	if sc.clientTimeout > 0 {
 		c.http.Timeout = sc.clientTimeout
 	}
-	var hooks *failoverHooks // nil unless sc.webhooks
-	if sc.webhooks {
-		hooks = startHooks(t, s, c, svc)
-	}
+	hooks, wit := startSides(t, sc, s, c, svc, natsURL)
 
 	accounts := openAccounts(t, ctx, c, nAcct, record)
 
@@ -260,6 +265,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	var wg sync.WaitGroup
 	unresolved := startCharging(ctx, c, accounts, workers, sc.pace, record, stop, &wg)
 	hooks.charge(ctx, stop, &wg, sc.pace)
+	wit.run(ctx, stop, &wg)
 
 	time.Sleep(before)
 	run := &failoverRun{sc: sc, ctx: ctx, cl: cl, c: c, hooks: hooks, acct: accounts[0], record: record}
@@ -284,7 +290,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	unexpected, replayMismatch := checkReplays(t, ctx, c, s.recorded())
 	drain := hooks.await(t, ctx, s.db)
 	end := s.judge(t, svc, natsURL, c)
-	hv := hooks.judge(t, ctx, s.db, strikes[0].began, drain)
+	hv := hooks.judge(t, ctx, s.db, strikes[0].began, drain).plus(wit.judge(t, ctx, s.db))
 	notConfirmed := strings.Count(svc.logs.String(), "commit not confirmed")
 	checkLogged(t, svc, sc.mustLog)
 	st := c.stats
