@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -73,6 +74,24 @@ func TestFailoverStandbyKilled(t *testing.T) {
 		within: recoverWithin,
 		fault: func(t *testing.T, _ context.Context, _ *cluster, at settled) error {
 			return killLogged(t, at.standby, "the sync standby")
+		},
+	})
+}
+
+// TestFailoverReplicaKilled: SIGKILL of the asynchronous replica's
+// postmaster under load. No commit waits for it, so charges go on; the first
+// charge after the kill must be decided within recoverWithin, as after losing
+// the synchronous standby: losing any one member keeps writes going.
+func TestFailoverReplicaKilled(t *testing.T) {
+	runFailover(t, failoverScenario{
+		name:   "failover: replica's postmaster SIGKILLed, writes continue",
+		faults: "SIGKILL of the asynchronous replica's postmaster",
+		within: recoverWithin,
+		fault: func(t *testing.T, _ context.Context, _ *cluster, at settled) error {
+			if at.replica.Name == "" {
+				return errors.New("the cluster settled without a replica")
+			}
+			return killLogged(t, at.replica, "the replica")
 		},
 	})
 }
