@@ -68,17 +68,7 @@ func TestDrain(t *testing.T) {
 		// read as a refusal of the drain.
 		extra: []string{"SHUTDOWN_DELAY=" + delay.String(), "SHUTDOWN_TIMEOUT=" + timeout.String(), "IDEMPOTENCY_WAIT=5s"}})
 	c := newClient(t, m.APIKey, "drain-key-", func(int) string { return svc.url() })
-	var accounts []string
-	for range nAcct {
-		acct := c.mustAccount(t, ctx, usd)
-		accounts = append(accounts, acct)
-		o := drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
-			amount: 5_000_000, body: []byte(`{"amount":5000000}`)})
-		if o.answer.status != 201 {
-			t.Fatalf("opening deposit: %d %s", o.answer.status, o.answer.body)
-		}
-		s.record(o)
-	}
+	accounts := openAccounts(t, ctx, c, nAcct, 5_000_000, s.record)
 
 	// The load, and the prober, until stopAt (set once the signal is sent).
 	var stopAt atomic.Int64

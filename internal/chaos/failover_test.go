@@ -277,7 +277,7 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	}
 	hooks, wit := startSides(t, sc, s, c, svc, natsURL)
 
-	accounts := openAccounts(t, ctx, c, nAcct, record)
+	accounts := openAccounts(t, ctx, c, nAcct, 1_000_000, record)
 
 	// The clients charge until stop closes.
 	stop := make(chan struct{})
@@ -330,16 +330,16 @@ func runFailover(t *testing.T, sc failoverScenario) {
 	}.log(t, time.Since(s.began))
 }
 
-// openAccounts opens n accounts, each funded with a deposit that it
-// records for the audit.
-func openAccounts(t *testing.T, ctx context.Context, c *client, n int, record func(op)) []string {
+// openAccounts opens n accounts, each funded with a deposit of amount that
+// it records for the audit.
+func openAccounts(t *testing.T, ctx context.Context, c *client, n int, amount int64, record func(op)) []string {
 	t.Helper()
 	var accounts []string
 	for range n {
 		acct := c.mustAccount(t, ctx, usd)
 		accounts = append(accounts, acct)
 		o := drive(ctx, c, op{kind: "deposit", path: "/v1/accounts/" + acct + "/deposits", account: acct,
-			amount: 1_000_000, body: []byte(`{"amount":1000000}`)})
+			amount: amount, body: []byte(`{"amount":` + itoa(amount) + `}`)})
 		if o.answer.status != http.StatusCreated {
 			t.Fatalf("opening deposit: %d %s", o.answer.status, o.answer.body)
 		}
