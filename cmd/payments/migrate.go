@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/migrations"
 )
 
@@ -74,8 +75,26 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
+	if cmd != "version" {
+		if err := confirmCommitted(ctx, cfg); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	_, err = fmt.Fprintf(stdout, "schema version %d (dirty: %t)\n", version, dirty)
 	return err
+}
+
+// confirmCommitted returns once the synchronous standby, if there is one,
+// has everything committed so far: a migration's commit whose wait for it
+// was cancelled is on the primary alone, and a failover would take back the
+// version this command reports (internal/postgres/durable.go).
+func confirmCommitted(ctx context.Context, cfg config) error {
+	db, err := postgres.Connect(ctx, cfg.DatabaseURL, storeOptions(cfg))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.Confirm(ctx)
 }
 
 // forceVersion records arg, a migration's version or -1, as the schema's
