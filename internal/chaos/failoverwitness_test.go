@@ -73,8 +73,13 @@ func (f hookFigures) plus(g hookFigures) hookFigures {
 		lost: f.lost + g.lost, violations: f.violations + g.violations}
 }
 
-// witnessKeys is how many keys the operator has to revoke.
+// witnessKeys is how many keys the operator has to revoke, one every
+// revokeEvery at the most: enough to go on past the fault in either form
+// (a CHAOS_LONG run whose operator was done 20 s before it saw no failed
+// revocation at all).
 const witnessKeys = 60
+
+var revokeEvery = scale(50*time.Millisecond, 700*time.Millisecond)
 
 // startWitness makes the keys to revoke and starts the consumer; read and
 // revoke start the clients.
@@ -149,7 +154,7 @@ func (w *failoverWitness) read(ctx context.Context, stop <-chan struct{}) {
 func (w *failoverWitness) revoke(ctx context.Context, stop <-chan struct{}) {
 	for _, key := range w.keys {
 		for {
-			if !pause(ctx, stop, 50*time.Millisecond) {
+			if !pause(ctx, stop, revokeEvery) {
 				return
 			}
 			outcome, err := w.revokeOnce(ctx, key)
