@@ -12,8 +12,10 @@
 #     whatever NATS answers on NATS_URL, default localhost:4222 (the relay waits
 #     for one, events stay in the outbox meanwhile).
 #  2. Builds bin/payments (make build), migrates, creates a development merchant.
-#  3. Prints a curl session with the merchant's API key, and serves on HTTP_ADDR,
-#     with Prometheus metrics on METRICS_ADDR.
+#  3. Writes bin/dev.sh (the merchant's API key, the addresses, pay and ids:
+#     scripts/dev.sh.tmpl), prints a curl session built on it, and serves on
+#     HTTP_ADDR, with Prometheus metrics on METRICS_ADDR, webhook endpoints on
+#     this machine allowed (WEBHOOK_ALLOW_PRIVATE_NETWORKS, default true here).
 #
 # Environment: DATABASE_URL, NATS_URL, HTTP_ADDR (default 127.0.0.1:8080),
 # METRICS_ADDR (default 127.0.0.1:9464; off: none), POSTGRES_PORT and NATS_PORT
@@ -96,6 +98,9 @@ command -v go >/dev/null 2>&1 ||
 
 # Loopback by default: a development server is not for the network.
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
+# A development server may deliver webhooks to a receiver on this machine
+# (docs/webhooks.md); serve logs a WARN saying so.
+export WEBHOOK_ALLOW_PRIVATE_NETWORKS=${WEBHOOK_ALLOW_PRIVATE_NETWORKS:-true}
 export METRICS_ADDR=${METRICS_ADDR:-127.0.0.1:9464}
 # The server's own ports first, so that a clash (the stack's payments service
 # holds 8080 and 9464) stops make run before it starts or prints anything.
@@ -190,17 +195,18 @@ case $host in "" | 0.0.0.0 | "[::]" | "::") host=localhost ;; esac
 base="http://$host:$port"
 run_id=$(date +%s)
 
+# bin/dev.sh: the key, the addresses and two shell functions, for the sessions
+# of README.md and docs/ (sourced) and for the one printed below (inlined).
+mkdir -p bin
+sed -e "s|@API_KEY@|$api_key|" -e "s|@BASE@|$base|" -e "s|@DATABASE_URL@|$DATABASE_URL|" \
+	-e "s|@NATS_URL@|${NATS_URL:-nats://127.0.0.1:4222}|" scripts/dev.sh.tmpl >bin/dev.sh
 session=$(
+	cat bin/dev.sh
 	cat <<SESSION
-# payments development session: paste into another shell once the service listens.
-API_KEY='$api_key'
-BASE='$base'
-pay() { curl -sS -H "Authorization: Bearer \$API_KEY" -H 'Content-Type: application/json' "\$@"; echo; }
 
 # Open an account; every POST carries an Idempotency-Key.
 ACCOUNT=\$(pay -X POST "\$BASE/v1/accounts" -H 'Idempotency-Key: dev-account-$run_id' \\
-  -d '{"currency": "EUR", "description": "development account"}' |
-  sed -n 's/.*"id"[[:space:]]*:[[:space:]]*"\(acct_[^"]*\)".*/\1/p'); echo "account: \$ACCOUNT"
+  -d '{"currency": "EUR", "description": "development account"}' | ids acct); echo "account: \$ACCOUNT"
 
 # Fund it with 100.00 EUR (amounts are in minor units).
 pay -X POST "\$BASE/v1/accounts/\$ACCOUNT/deposits" -H 'Idempotency-Key: dev-deposit-$run_id' \\
@@ -217,7 +223,6 @@ charge
 pay "\$BASE/v1/accounts/\$ACCOUNT"
 SESSION
 )
-mkdir -p bin
 printf '%s\n' "$session" >bin/dev-session.sh
 
 cat <<EOF
@@ -225,7 +230,9 @@ cat <<EOF
 ==================================================================================
 $session
 ==================================================================================
-(also saved as bin/dev-session.sh: bash bin/dev-session.sh)
+(also saved as bin/dev-session.sh: bash bin/dev-session.sh. In another shell,
+. bin/dev.sh gives you API_KEY, BASE, pay and ids for the sessions of README.md
+and docs/.)
 
 EOF
 if [ "$METRICS_ADDR" = off ]; then

@@ -16,7 +16,7 @@ import (
 	"github.com/exactlyonce/payments/internal/testkit"
 )
 
-// TestAPIKeyRotation walks the README's rotation with the real commands while
+// TestAPIKeyRotation walks the rotation of docs/operations.md with the real commands while
 // serve runs: create a second key, switch to it, revoke the first. serve (a
 // separate store, as another replica would be) refuses the revoked key within
 // 2 s; the list never shows a secret; mistakes name the problem and fail.

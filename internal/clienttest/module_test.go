@@ -25,13 +25,13 @@ var serverDeps = []string{
 }
 
 // TestClientModuleStandsAlone is what a program outside the repository gets
-// from the client: the README's complete program, in a scratch module that
+// from the client: the complete program of docs/client.md, in a scratch module that
 // requires only the client module (through a replace, since nothing is
 // published), keeps its go line through go mod tidy, has none of the
 // server's dependencies in its module graph, builds, and charges the service
 // once though it sends the charge twice.
 func TestClientModuleStandsAlone(t *testing.T) {
-	dir := consumerModule(t, readmeMarkedBlock(t, filepath.Join(repoRoot(t), "README.md"), programMarker))
+	dir := consumerModule(t, markedBlock(t, filepath.Join(repoRoot(t), "docs", "client.md"), programMarker))
 	goCmd(t, dir, "mod", "tidy")
 	tidied, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 	if err != nil {
@@ -53,12 +53,12 @@ func TestClientModuleStandsAlone(t *testing.T) {
 	run.Env = append(os.Environ(), "PAYMENTS_URL="+f.url, "PAYMENTS_API_KEY="+f.apiKey)
 	out, err := run.CombinedOutput()
 	if err != nil {
-		t.Fatalf("the README's program: %v\n%s", err, out)
+		t.Fatalf("the program of docs/client.md: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	m := regexp.MustCompile(`^charge (ch_[0-9a-f]{32}) succeeded replayed: (true|false)$`)
 	if len(lines) != 3 || !m.MatchString(lines[0]) || !m.MatchString(lines[1]) || lines[2] != "balance 7500" {
-		t.Fatalf("the README's program printed:\n%s", out)
+		t.Fatalf("the program of docs/client.md printed:\n%s", out)
 	}
 	first, again := m.FindStringSubmatch(lines[0]), m.FindStringSubmatch(lines[1])
 	if first[1] != again[1] || first[2] != "false" || again[2] != "true" {
@@ -121,29 +121,38 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// The lines of README.md, HTML comments that render as nothing, right above
-// the go blocks these tests build: the Go client section's program and the
-// Webhooks section's receiver.
+// The lines of docs/client.md and docs/webhooks.md, HTML comments that render
+// as nothing, right above the go blocks these tests build: the client's
+// program and the webhook receiver.
 const (
 	programMarker  = "<!-- go-client-program: TestClientModuleStandsAlone (internal/clienttest) builds and runs the go block below -->"
-	receiverMarker = "<!-- webhook-receiver: TestREADMEWebhookReceiverBuilds (internal/clienttest) builds the go block below -->"
+	receiverMarker = "<!-- webhook-receiver: TestWebhookReceiverBuilds (internal/clienttest) checks the go block below is client/examples/webhookreceiver/main.go and builds it -->"
 )
 
-// TestREADMEWebhookReceiverBuilds keeps the README's webhook receiver true:
-// the go block under its marker, as it stands, is a program that go vet
-// passes and go build builds in a scratch module that requires only the
-// client module.
-func TestREADMEWebhookReceiverBuilds(t *testing.T) {
-	dir := consumerModule(t, readmeMarkedBlock(t, filepath.Join(repoRoot(t), "README.md"), receiverMarker))
+// TestWebhookReceiverBuilds keeps the docs' webhook receiver true: the go
+// block under its marker in docs/webhooks.md is, byte for byte, the program
+// client/examples/webhookreceiver that the development session builds, and
+// it is a program that go vet passes and go build builds in a scratch module
+// that requires only the client module.
+func TestWebhookReceiverBuilds(t *testing.T) {
+	program := markedBlock(t, filepath.Join(repoRoot(t), "docs", "webhooks.md"), receiverMarker)
+	file, err := os.ReadFile(filepath.Join(repoRoot(t), "client", "examples", "webhookreceiver", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if program != string(file) {
+		t.Errorf("the receiver in docs/webhooks.md differs from client/examples/webhookreceiver/main.go: copy the file into the block")
+	}
+	dir := consumerModule(t, program)
 	goCmd(t, dir, "mod", "tidy")
 	goCmd(t, dir, "vet", ".")
 	goCmd(t, dir, "build", "-o", "receiver", ".")
 }
 
-// readmeMarkedBlock is the go code block that follows the line marker in the
-// README at path, directly. It fails the test if the marker is not there
+// markedBlock is the go code block that follows the line marker in the
+// Markdown file at path, directly. It fails the test if the marker is not there
 // exactly once, or no go block follows it.
-func readmeMarkedBlock(t *testing.T, path, marker string) string {
+func markedBlock(t *testing.T, path, marker string) string {
 	t.Helper()
 	readme, err := os.ReadFile(path)
 	if err != nil {

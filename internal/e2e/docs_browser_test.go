@@ -337,7 +337,7 @@ func jsString(s string) string {
 }
 
 // saveScreenshot keeps the screenshot as a test artifact and, with
-// UPDATE_SCREENSHOT=1, writes it to docs/screenshots for the README.
+// UPDATE_SCREENSHOT=1, writes it to docs/screenshots, which docs/api.md shows.
 func saveScreenshot(t *testing.T, png []byte) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(t.ArtifactDir(), "docs-page.png"), png, 0o644); err != nil {
