@@ -219,7 +219,6 @@ func (room *sessionRoom) bash(t *testing.T, script string) string {
 	return out.String()
 }
 
-
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
