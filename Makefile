@@ -147,7 +147,7 @@ mutants: ## Mutation-test the core packages with gremlins (slow, hours); results
 # (about two minutes), then comes from the build cache.
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
-lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI spec (redocly), the alerting rules (promtool), the metric names in rules and dashboard (needs PostgreSQL), script sizes and the package map
+lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI spec (redocly), the alerting rules (promtool), the metric names in rules and dashboard (needs PostgreSQL), script sizes, the package map, the docs' links and the README's layout
 	@unformatted=$$(gofmt -l .) || exit 1; \
 	if [ -n "$$unformatted" ]; then \
 		echo 'gofmt: these files need formatting (gofmt -w):'; echo "$$unformatted"; exit 1; \
@@ -161,6 +161,7 @@ lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI s
 	GO=$(GO) bash scripts/lint-metric-names.sh
 	bash scripts/lint-sizes.sh
 	GO=$(GO) bash scripts/lint-architecture.sh
+	$(GO) test -count=1 -run '^(TestDocsLinks|TestReadmeLayout)$$' .
 
 .PHONY: charge-walk
 charge-walk: ## Count the functions of the module one fresh charge runs (cmd/chargewalk, built with coverage); docs/architecture.md quotes it
