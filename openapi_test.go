@@ -6,7 +6,7 @@ import (
 )
 
 // The published description is for the service's users: no reference to
-// this project's issue tracker belongs in it (issue 26).
+// this project's issue tracker belongs in it.
 func TestOpenAPIHasNoTrackerReferences(t *testing.T) {
 	tracker := regexp.MustCompile(`(?i)\bissues? #?[0-9]+|\b(TODO|FIXME|XXX)\b`)
 	for i, m := range tracker.FindAllIndex(OpenAPI, -1) {

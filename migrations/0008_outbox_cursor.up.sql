@@ -1,4 +1,4 @@
--- The relay's progress is a cursor, not a mark on every event (issue 24).
+-- The relay's progress is a cursor, not a mark on every event.
 --
 -- Until now the relay set events.published_at on every event it published:
 -- one more write per event, and not a HOT one (the column is in the partial

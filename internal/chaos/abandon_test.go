@@ -18,7 +18,7 @@ import (
 	"github.com/exactlyonce/payments/internal/testkit"
 )
 
-// TestAbandoningClients (issue 23): clients that give up on their charges at
+// TestAbandoningClients: clients that give up on their charges at
 // every point a request can be abandoned (before its body is read, while it
 // waits for a batch, while its batch runs or commits) charge beside clients
 // that charge normally, while now and then an outside transaction locks one

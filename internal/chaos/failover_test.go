@@ -113,20 +113,20 @@ func TestFailoverTwoPrimariesKilled(t *testing.T) {
 	})
 }
 
-// TestFailoverDuringStalledReplication is the hazard of issue 15: the
-// primary stops sending its write-ahead log (its walsenders, to both
-// standbys, SIGSTOPped) while
-// clients with a 1 s timeout keep retrying; commits wait for the standby, and
-// a cancel reaches them (here pg_cancel_backend of every backend waiting for
-// it, every 100 ms, as a DBA's watchdog or a driver that sends cancel requests
-// would): PostgreSQL keeps each such commit locally and reports success with
-// only a WARNING. Then the primary is SIGKILLed, walsender and all, and the
-// standby is promoted without those commits. Nothing acknowledged may be
-// missing, and nothing published. (statement_timeout cannot cause this:
-// PostgreSQL disarms it before it commits.) Beside the charging clients, a
-// reader lists charges, an operator revokes API keys and the consumer
-// applies events (failoverWitness, issue 30): nothing a read showed, no
-// revocation reported and no effect acknowledged may be missing either.
+// TestFailoverDuringStalledReplication is the hazard of a synchronous commit
+// cancelled while it waits: the primary stops sending its write-ahead log (its
+// walsenders, to both standbys, SIGSTOPped) while clients with a 1 s timeout
+// keep retrying; commits wait for the standby, and a cancel reaches them (here
+// pg_cancel_backend of every backend waiting for it, every 100 ms, as a DBA's
+// watchdog or a driver that sends cancel requests would): PostgreSQL keeps
+// each such commit locally and reports success with only a WARNING. Then the
+// primary is SIGKILLed, walsender and all, and the standby is promoted without
+// those commits. Nothing acknowledged may be missing, and nothing published.
+// (statement_timeout cannot cause this: PostgreSQL disarms it before it
+// commits.) Beside the charging clients, a reader lists charges, an operator
+// revokes API keys and the consumer applies events (failoverWitness): nothing
+// a read showed, no revocation reported and no effect acknowledged may be
+// missing either.
 func TestFailoverDuringStalledReplication(t *testing.T) {
 	runFailover(t, failoverScenario{
 		name: "failover: replication stalled 3 s, commits cancelled, then primary SIGKILLed",

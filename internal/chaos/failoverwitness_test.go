@@ -21,15 +21,15 @@ import (
 )
 
 // failoverWitness is the side of a failover scenario that is shown things
-// rather than told them (issue 30): a reader that lists the merchant's
-// charges and notes each one a 200 showed it, an operator who revokes API
-// keys one after another with the binary's api-keys revoke, retrying each
-// until it reports success or "already revoked", and the worked-example
-// consumer (payments consume), which acknowledges an event to NATS once its
-// effect committed. After the failover, on the promoted standby, nothing any
-// of them was shown may be missing: no charge a read listed, no revocation
-// reported, no effect acknowledged (the projection catches up with the
-// ledger). The methods of a nil *failoverWitness do nothing.
+// rather than told them: a reader that lists the merchant's charges and notes
+// each one a 200 showed it, an operator who revokes API keys one after another
+// with the binary's api-keys revoke, retrying each until it reports success or
+// "already revoked", and the worked-example consumer (payments consume), which
+// acknowledges an event to NATS once its effect committed. After the failover,
+// on the promoted standby, nothing any of them was shown may be missing: no
+// charge a read listed, no revocation reported, no effect acknowledged (the
+// projection catches up with the ledger). The methods of a nil
+// *failoverWitness do nothing.
 type failoverWitness struct {
 	s   *scenario
 	c   *client

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestWebhookReceiverDownThenBack is issue 29's "done when": a merchant's
+// TestWebhookReceiverDownThenBack is a receiver's outage: a merchant's
 // two webhook endpoints are down while it charges, one refusing connections
 // (nothing listens on its port) and one answering 503, for 30 s (10 s in
 // the short version); then both come back. With the Deliverer's default

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestFailoverWebhooks is the failover of issue 29's "done when": two
+// TestFailoverWebhooks is webhook delivery through a failover: two
 // merchants' webhook endpoints on a local receiver (as in
 // TestWebhooksSurviveCrashes) while clients charge, and the primary's
 // postmaster SIGKILLed while the receiver holds a delivery request; Patroni

@@ -20,7 +20,7 @@ import (
 	"github.com/exactlyonce/payments/internal/testkit"
 )
 
-// Issue 23: a batch is as safe as a lone charge. Each test here failed on the
+// A batch is as safe as a lone charge. Each test here failed on the
 // batch path before it: one member's locked account, in-flight key, failing
 // statement or departed client changed its neighbours' answers.
 

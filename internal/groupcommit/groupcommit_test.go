@@ -142,7 +142,7 @@ func TestFailureReachesEveryMember(t *testing.T) {
 }
 
 // A caller whose context has already ended when it finds a slot free gives
-// the slot back: the next request still runs. (Issue 23: Do took the slot,
+// the slot back: the next request still runs. (Before, Do took the slot,
 // found only its own cancelled request, ran no batch, and kept the slot, so
 // every later charge in the process waited until its client gave up.)
 func TestCancelledCallerGivesTheSlotBack(t *testing.T) {

@@ -69,7 +69,8 @@ func (f *fixture) newKeyOutside(name string) string {
 // lookup, one per read.
 func (f *fixture) acquired() int64 { return f.store.Pool().Stat().AcquireCount() }
 
-// TestUnknownKeyFloodSparesNewKeys is issue 27's case: from one address, a
+// TestUnknownKeyFloodSparesNewKeys is a flood of unknown keys beside honest
+// ones behind the same address (a proxy or a NAT): from one address, a
 // client sends 50 unknown API keys a second (most made up afresh, some sent
 // again and again, as a client stuck on a revoked key does) for 3 s, while
 // three keys the service has never seen, of merchants created by the

@@ -1,8 +1,9 @@
 package httpapi_test
 
 // The plain-Go model TestAuthorizeProperty checks the service against: the
-// accounts' balances and every charge's state, changed by the rules of issue
-// 28 and nothing else. It knows no HTTP and no SQL.
+// accounts' balances and every charge's state, changed by the rules of
+// charging, authorizing, capturing, voiding, refunding and expiring and
+// nothing else. It knows no HTTP and no SQL.
 
 // modelCharge is a charge as the model sees it.
 type modelCharge struct {

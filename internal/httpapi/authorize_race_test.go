@@ -15,7 +15,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// Issue 28's races, over HTTP on real PostgreSQL: many requests released
+// The races of authorize, capture and void, over HTTP on real PostgreSQL:
+// many requests released
 // together on one authorization or one account's funds. Exactly one outcome
 // wins each race, every loser gets the documented answer, stored under its
 // key byte for byte, and the money adds up.

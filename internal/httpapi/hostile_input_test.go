@@ -19,7 +19,7 @@ func TestResponsesAreNotHTMLEscaped(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(o *setupOptions) { o.cacheSize = 0 }) // replays come from the table
 
-	// The issue's attack: an account whose every free-form byte is '<'.
+	// The attack: an account whose every free-form byte is '<'.
 	var meta []string
 	for i := range 50 {
 		meta = append(meta, fmt.Sprintf(`"k%02d":"%s"`, i, strings.Repeat("<", 500)))
@@ -84,8 +84,8 @@ func TestResponsesAreNotHTMLEscaped(t *testing.T) {
 	}
 }
 
-// TestPercentEncodedPathIsRefusedBeforeTheKey reproduces issue 13's lost
-// deposit: a path sent as /v1/accounts/%61cct_…/deposits was routed by its raw
+// TestPercentEncodedPathIsRefusedBeforeTheKey reproduces a lost deposit
+// found in an adversarial review: a path sent as /v1/accounts/%61cct_…/deposits was routed by its raw
 // form (no such account: a stored 404) but fingerprinted by its decoded form,
 // so the same deposit on the plain path replayed that 404. Such a path is now
 // a 400 that claims no key, and the plain path then deposits.

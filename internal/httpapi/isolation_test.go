@@ -19,7 +19,7 @@ import (
 	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
-// Issue 23 over HTTP: a batch of charges is as safe as a lone charge. Each
+// Over HTTP: a batch of charges is as safe as a lone charge. Each
 // test here failed before: a client that left stopped all charging, and one
 // member's locked account or in-flight twin answered its neighbours 503.
 

@@ -12,7 +12,7 @@ import (
 // last use is due only notes it here, and recordKeyUses writes the notes in
 // a transaction of its own. A request never waits for that write, so a
 // standby that stops confirming commits, or a lock on the key's row, delays
-// no request (issue 30); the last use is written a moment after the request
+// no request; the last use is written a moment after the request
 // instead, or lost with the process.
 type keyUses struct {
 	mu   sync.Mutex

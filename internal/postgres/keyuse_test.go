@@ -9,11 +9,11 @@ import (
 	"github.com/exactlyonce/payments/internal/pgtest"
 )
 
-// TestKeyUseDelaysNoRequest (issue 30): a request whose key's last use is
-// due to be written is answered while another transaction holds the key's
-// row locked (as a commit waiting for a standby that stopped confirming
-// would hold it), instead of waiting for the lock until lock_timeout and
-// answering 503; the last use is written once the row is free.
+// TestKeyUseDelaysNoRequest: a request whose key's last use is due to be
+// written is answered while another transaction holds the key's row locked (as
+// a commit waiting for a standby that stopped confirming would hold it),
+// instead of waiting for the lock until lock_timeout and answering 503; the
+// last use is written once the row is free.
 func TestKeyUseDelaysNoRequest(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, pgtest.NewDatabase(t), Options{KeyWait: time.Second})

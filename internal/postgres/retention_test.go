@@ -15,8 +15,8 @@ import (
 	"github.com/exactlyonce/payments/internal/testkit"
 )
 
-// TestRetentionCountsFromTheStoredResponse reproduces issue 13's double
-// deposit: with a retention of 2 s, a request whose transaction is held 3 s by
+// TestRetentionCountsFromTheStoredResponse reproduces a double deposit
+// found in an adversarial review: with a retention of 2 s, a request whose transaction is held 3 s by
 // a row lock, then retried at once, must execute once. Counted from the start
 // of its transaction, its key was already expired when it committed.
 func TestRetentionCountsFromTheStoredResponse(t *testing.T) {

@@ -48,7 +48,8 @@ func TestCheckURL(t *testing.T) {
 		want         error  // nil, ErrForbidden or ErrUnresolved
 		reason       string // a part of the error's text
 	}{
-		// The cases of the issue, refused for their scheme, then for their address.
+		// Where a forged request aims first (loopback, private, cloud metadata),
+		// refused for their scheme, then for their address.
 		{url: "http://127.0.0.1", want: webhook.ErrForbidden, reason: "must be https"},
 		{url: "http://[::1]", want: webhook.ErrForbidden, reason: "must be https"},
 		{url: "http://10.0.0.1", want: webhook.ErrForbidden, reason: "must be https"},
