@@ -144,6 +144,9 @@ func checkBlock(t *testing.T, repo string, b shellBlock, set []string) {
 	for _, m := range makeLine.FindAllStringSubmatch(b.text, -1) {
 		var targets []string
 		for _, w := range strings.Fields(m[1]) {
+			if strings.ContainsAny(w, "|;&<>()") {
+				break // the command ends here: a pipe, a redirection, ...
+			}
 			if !strings.HasPrefix(w, "-") && !strings.Contains(w, "=") {
 				targets = append(targets, w)
 			}
