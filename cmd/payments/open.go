@@ -56,9 +56,13 @@ func configure(name string, args []string, getenv func(string) string, stdout, s
 	return cfg, slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})), nil
 }
 
-// storeOptions are the store's settings from cfg.
+// storeOptions are the store's settings from cfg. IDEMPOTENCY_WAIT has three
+// jobs there, each an option of its own: every lock wait (lock_timeout, above
+// all a key's wait behind its twin in flight), the wait for a pooled
+// connection, and an API key's lookup.
 func storeOptions(cfg config) postgres.Options {
-	return postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL, CommitWait: cfg.CommitWait}
+	return postgres.Options{MaxConns: cfg.DBMaxConns, KeyTTL: cfg.IdempotencyTTL, CommitWait: cfg.CommitWait,
+		KeyWait: cfg.IdempotencyWait, AcquireWait: cfg.IdempotencyWait, LookupWait: cfg.IdempotencyWait}
 }
 
 // backend is what the HTTP API runs on: the store, and in front of it the
