@@ -147,7 +147,7 @@ mutants: ## Mutation-test the core packages with gremlins (slow, hours); results
 # (about two minutes), then comes from the build cache.
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
-lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI spec (redocly), the alerting rules (promtool), the metric names in rules and dashboard (needs PostgreSQL), script sizes, the package map and the charge walk (both in docs/architecture.md), the docs' links and the README's layout
+lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI spec (redocly), the alerting rules (promtool), the metric names in rules and dashboard and the configuration table (need PostgreSQL), script sizes, the package map and the charge walk (both in docs/architecture.md), the docs' links and the README's layout
 	@unformatted=$$(gofmt -l .) || exit 1; \
 	if [ -n "$$unformatted" ]; then \
 		echo 'gofmt: these files need formatting (gofmt -w):'; echo "$$unformatted"; exit 1; \
@@ -163,6 +163,15 @@ lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI s
 	GO=$(GO) bash scripts/lint-architecture.sh
 	GO=$(GO) bash scripts/charge-walk.sh check
 	$(GO) test -count=1 -run '^(TestDocsLinks|TestReadmeLayout)$$' .
+	GO=$(GO) bash scripts/lint-settings.sh
+
+# docs/operations.md's configuration table is rendered from the settings of
+# cmd/payments (rooms.go: each room's settings, and the commands that read
+# them) by a test, which -update-settings lets rewrite it; make lint fails
+# while it differs (scripts/lint-settings.sh).
+.PHONY: settings
+settings: ## Rewrite the configuration table of docs/operations.md from the settings (cmd/payments/rooms.go)
+	$(GO) test -count=1 -run '^TestSettingsTableIsCurrent$$' ./cmd/payments/ -update-settings
 
 # make charge-walk: TestChargeWalk (internal/e2e, -tags chargewalk) builds
 # internal/e2e/testdata/chargewalk with coverage, makes one fresh charge

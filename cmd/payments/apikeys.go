@@ -31,17 +31,16 @@ func apiKeys(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	cmd := "api-keys " + args[0]
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dbURL := fs.String("database-url", "", "PostgreSQL connection URL ($DATABASE_URL)")
 	var merchantFlag *string
-	synopsis := "usage: payments " + cmd + " --merchant ID [flags]"
 	switch args[0] {
 	case "create", "list":
 		merchantFlag = fs.String("merchant", "", "the merchant's id (required)")
 	case "revoke":
-		synopsis = "usage: payments api-keys revoke KEY_ID [flags]"
 	default:
 		return fmt.Errorf("unknown api-keys command %q\n%s", args[0], keyCommandsUsage)
 	}
+	load := addSettings(fs, cmd, getenv)
+	synopsis := commandNamed(cmd).usage()
 	if err := parseFlags(fs, args[1:], synopsis, stdout, stderr); err != nil {
 		return err
 	}
@@ -59,17 +58,15 @@ func apiKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%s: unexpected argument %q\n%s", cmd, fs.Arg(0), keyCommandsUsage)
 	}
-	var merchant uuid.UUID
-	if merchantFlag != nil {
-		if *merchantFlag == "" {
-			return fmt.Errorf("%s: --merchant is required", cmd)
-		}
-		var err error
-		if merchant, err = uuid.Parse(*merchantFlag); err != nil {
-			return fmt.Errorf("%s: unknown merchant %q: a merchant id is a UUID", cmd, *merchantFlag)
-		}
+	merchant, err := merchantOf(cmd, merchantFlag)
+	if err != nil {
+		return err
 	}
-	store, err := openAdmin(ctx, cmd, *dbURL, getenv, stderr)
+	cfg, err := load()
+	if err != nil {
+		return err
+	}
+	store, err := openAdmin(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -102,6 +99,22 @@ func apiKeys(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		return enc.Encode(listedKeyOf(k))
 	}
+}
+
+// merchantOf is the merchant that --merchant (given) names, for cmd; none when
+// cmd takes no --merchant (given nil).
+func merchantOf(cmd string, given *string) (uuid.UUID, error) {
+	if given == nil {
+		return uuid.Nil, nil
+	}
+	if *given == "" {
+		return uuid.Nil, fmt.Errorf("%s: --merchant is required", cmd)
+	}
+	merchant, err := uuid.Parse(*given)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("%s: unknown merchant %q: a merchant id is a UUID", cmd, *given)
+	}
+	return merchant, nil
 }
 
 // listedKey is how api-keys prints a key: never its secret or hash.

@@ -22,8 +22,8 @@ func TestTrustedProxiesSetting(t *testing.T) {
 			netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("2001:db8::1/128")}},
 	} {
 		cfg, err := loadConfig("serve", nil, envOf(map[string]string{"TRUSTED_PROXIES": tc.value}), io.Discard, io.Discard)
-		if err != nil || !slices.Equal(cfg.TrustedProxies, tc.want) {
-			t.Errorf("TRUSTED_PROXIES=%q: %v, %v; want %v", tc.value, cfg.TrustedProxies, err, tc.want)
+		if err != nil || !slices.Equal(cfg.HTTP.TrustedProxies, tc.want) {
+			t.Errorf("TRUSTED_PROXIES=%q: %v, %v; want %v", tc.value, cfg.HTTP.TrustedProxies, err, tc.want)
 		}
 	}
 	for _, bad := range []string{"10.0.0.0/33", "proxy.internal", "10.0.0.0/8;192.0.2.7"} {

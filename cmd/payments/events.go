@@ -61,7 +61,7 @@ func newRelay(cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := relay.New(store, nc, log, relay.Options{Batch: cfg.RelayBatch, Poll: cfg.RelayPoll, Retention: cfg.EventRetention,
+	r, err := relay.New(store, nc, log, relay.Options{Batch: cfg.Relay.Batch, Poll: cfg.Relay.Poll, Retention: cfg.Relay.EventRetention,
 		Observer: m.Relay(relay.FailureReasons)})
 	if err != nil {
 		nc.Close()

@@ -60,7 +60,8 @@ func TestServeHelpShowsTypes(t *testing.T) {
 	}
 	help := stdout.String()
 	for _, want := range []string{
-		"  --idempotency-ttl duration\n    \thow long idempotency keys and their responses are kept ($IDEMPOTENCY_TTL) (default 48h)\n",
+		"  --idempotency-ttl duration\n    \thow long keys and their responses are kept, counted from when the\n" +
+			"    \tresponse is stored; refused below 1h ($IDEMPOTENCY_TTL) (default 48h)\n",
 		"  --idempotency-cache-bytes size\n",
 		"  --db-max-conns int\n",
 		"  --relay bool\n",
@@ -68,7 +69,9 @@ func TestServeHelpShowsTypes(t *testing.T) {
 		"  --http-addr address\n",
 		"  --log-level level\n",
 		"  --metrics-sample duration\n",
-		"  --pprof-addr address\n    \taddress of a listener serving Go's profiler (/debug/pprof/) for performance work; empty: none. Keep it on loopback ($PPROF_ADDR)\n",
+		"  --pprof-addr address\n    \taddress of a listener serving Go's profiler (/debug/pprof/), for\n" +
+			"    \tperformance work; empty: none. Keep it on loopback ($PPROF_ADDR)\n",
+		"\nConnections and waits:\n  --db-max-conns int\n",
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("serve -h lacks %q:\n%s", want, help)
@@ -89,9 +92,9 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.IdempotencyTTL != 2*time.Hour || cfg.RelayEnabled || cfg.CacheBytes != 1<<20 || cfg.JanitorBatch != 5 {
+	if cfg.Keys.TTL != 2*time.Hour || cfg.Parts.Relay || cfg.Keys.CacheBytes != 1<<20 || cfg.Keys.JanitorBatch != 5 {
 		t.Errorf("ttl %s, relay %t, cache bytes %d, janitor batch %d; want 2h, false, 1048576, 5 (the variable)",
-			cfg.IdempotencyTTL, cfg.RelayEnabled, cfg.CacheBytes, cfg.JanitorBatch)
+			cfg.Keys.TTL, cfg.Parts.Relay, cfg.Keys.CacheBytes, cfg.Keys.JanitorBatch)
 	}
 	for _, tc := range []struct {
 		env  map[string]string

@@ -48,7 +48,8 @@ const usage = `usage:
   payments healthcheck [--url URL]         exit 0 when the service at HTTP_ADDR answers /readyz with 200
   payments version [--json]                print the version, commit, build time and Go version
 
-Run "payments serve -h" for the settings; each flag overrides its environment variable.`
+"payments COMMAND -h" lists the settings COMMAND reads, by room; each flag overrides its environment
+variable, and a variable of another command is ignored (docs/operations.md has them all).`
 
 // run is the whole program behind main, so tests can drive the real wiring.
 // A command asked for help (-h) has printed it to stdout, and succeeds.

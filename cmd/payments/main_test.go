@@ -328,8 +328,8 @@ func TestSettingsThatBreakTheGuaranteeAreRefused(t *testing.T) {
 		if err != nil {
 			t.Errorf("loadConfig(%v) = %v", env, err)
 		}
-		if env == nil && (cfg.CacheBytes != 64<<20 || cfg.IdempotencyTTL != 24*time.Hour || cfg.ShutdownDelay != 5*time.Second) {
-			t.Errorf("defaults: cache bytes %d, TTL %s, shutdown delay %s", cfg.CacheBytes, cfg.IdempotencyTTL, cfg.ShutdownDelay)
+		if env == nil && (cfg.Keys.CacheBytes != 64<<20 || cfg.Keys.TTL != 24*time.Hour || cfg.Shutdown.Delay != 5*time.Second) {
+			t.Errorf("defaults: cache bytes %d, TTL %s, shutdown delay %s", cfg.Keys.CacheBytes, cfg.Keys.TTL, cfg.Shutdown.Delay)
 		}
 	}
 }

@@ -25,21 +25,19 @@ func merchants(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	cmd := "merchants " + args[0]
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dbURL := fs.String("database-url", "", "PostgreSQL connection URL ($DATABASE_URL)")
 	var name *string
-	synopsis := "usage: payments " + cmd + " [flags]"
 	switch {
 	case isHelp(args[0]):
 		_, err := fmt.Fprintln(stdout, merchantCommandsUsage)
 		return err
 	case args[0] == "create":
 		name = fs.String("name", "", "the merchant's name (required)")
-		synopsis = "usage: payments merchants create --name NAME [flags]"
 	case args[0] == "list":
 	default:
 		return fmt.Errorf("unknown merchants command %q\n%s", args[0], merchantCommandsUsage)
 	}
-	if err := parseFlags(fs, args[1:], synopsis, stdout, stderr); err != nil {
+	load := addSettings(fs, cmd, getenv)
+	if err := parseFlags(fs, args[1:], commandNamed(cmd).usage(), stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -48,7 +46,11 @@ func merchants(ctx context.Context, args []string, getenv func(string) string, s
 	if name != nil && strings.TrimSpace(*name) == "" {
 		return errors.New("merchants create: --name is required")
 	}
-	store, err := openAdmin(ctx, cmd, *dbURL, getenv, stderr)
+	cfg, err := load()
+	if err != nil {
+		return err
+	}
+	store, err := openAdmin(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -64,9 +64,9 @@ func cacheMetrics(m *metrics.Metrics, front *idempotency.Front, cfg config) {
 	m.GaugeFunc("payments_idempotency_cache_bytes", "Bytes the cached responses are counted for (IDEMPOTENCY_CACHE_BYTES bounds them).",
 		func() float64 { return float64(front.Cache().Bytes()) })
 	m.GaugeFunc("payments_idempotency_cache_max_bytes", "The cache's byte bound, IDEMPOTENCY_CACHE_BYTES.",
-		func() float64 { return float64(cfg.CacheBytes) })
+		func() float64 { return float64(cfg.Keys.CacheBytes) })
 	m.GaugeFunc("payments_idempotency_cache_max_entries", "The cache's bound (IDEMPOTENCY_CACHE_SIZE).",
-		func() float64 { return float64(cfg.CacheSize) })
+		func() float64 { return float64(cfg.Keys.CacheSize) })
 	m.GaugeFunc("payments_idempotency_keys_in_flight", "Keys executing in this process (coalescing leaders).",
 		func() float64 { return float64(front.InFlight()) })
 }

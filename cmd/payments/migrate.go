@@ -24,7 +24,7 @@ const migrateUsage = `usage:
                                            migration, once the database has been repaired by hand to match VERSION
                                            (-1: none applied)
 
-The flags are serve's (payments migrate up -h); --database-url is the one that matters.`
+Each takes --database-url ($DATABASE_URL); "payments migrate up -h" lists every setting up reads.`
 
 // migrate applies, reverts, reports or forces the schema version, then prints
 // it. "up" first waits up to MIGRATE_WAIT for PostgreSQL to accept
@@ -43,10 +43,12 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if cmd == "force" && len(rest) > 0 && !isHelp(rest[0]) {
 		force, rest = rest[0], rest[1:]
 	}
-	name := "migrate " + cmd
-	if cmd == "force" {
-		name += " VERSION"
+	switch cmd {
+	case "up", "down", "force", "version":
+	default:
+		return fmt.Errorf("unknown migrate command %q\n%s", cmd, migrateUsage)
 	}
+	name := "migrate " + cmd
 	cfg, err := loadConfig(name, rest, getenv, stdout, stderr)
 	if err != nil {
 		return err
@@ -61,9 +63,6 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		err = migrations.Down(cfg.DatabaseURL)
 	case "force":
 		err = forceVersion(cfg.DatabaseURL, force, stderr)
-	case "version":
-	default:
-		return fmt.Errorf("unknown migrate command %q\n%s", cmd, migrateUsage)
 	}
 	if errors.Is(err, migrations.ErrDirty) {
 		return fmt.Errorf("%w; repair the database by hand to match a version N, then run: payments migrate force N", err)

@@ -56,9 +56,15 @@ func configure(name string, args []string, getenv func(string) string, stdout, s
 	return cfg, slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})), nil
 }
 
-// storeOptions are the store's settings from cfg.
+// storeOptions are the store's settings from cfg: its pool's, and the keys'
+// TTL (zero, the store's default, in a command that reads no keys' room and
+// uses no key). IDEMPOTENCY_WAIT has three jobs there, each an option of its
+// own: every lock wait (lock_timeout, above all a key's wait behind its twin
+// in flight), the wait for a pooled connection, and an API key's lookup.
 func storeOptions(cfg config) postgres.Options {
-	return postgres.Options{MaxConns: cfg.DBMaxConns, KeyWait: cfg.IdempotencyWait, KeyTTL: cfg.IdempotencyTTL, CommitWait: cfg.CommitWait}
+	p := cfg.Pool
+	return postgres.Options{MaxConns: p.MaxConns, KeyTTL: cfg.Keys.TTL, CommitWait: p.CommitWait,
+		KeyWait: p.KeyWait, AcquireWait: p.KeyWait, LookupWait: p.KeyWait}
 }
 
 // backend is what the HTTP API runs on: the store, and in front of it the
@@ -81,12 +87,14 @@ func (b backend) Ready(ctx context.Context) error {
 // openCharging starts the charge use case over store, with the bounds the
 // store has (IDEMPOTENCY_WAIT, COMMIT_WAIT, half of DB_MAX_CONNS for the
 // charges waiting outside a batch), its batcher's series on m, and each
-// abandoned charge counted and logged.
+// abandoned charge counted and logged. IDEMPOTENCY_WAIT (KeyWait) bounds a
+// charge's wait for a batch and, after its batch, for a key in flight or a
+// locked account; with COMMIT_WAIT it says when a batch is stuck.
 func openCharging(cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) *charging.Path {
 	path := charging.New(store, charging.Options{
-		BatchSize: cfg.ChargeBatchSize, Batches: cfg.ChargeBatches,
-		KeyWait: cfg.IdempotencyWait, CommitWait: cfg.CommitWait, Waiters: max(1, int(cfg.DBMaxConns)/2),
-		AuthorizationTTL: cfg.AuthorizationTTL,
+		BatchSize: cfg.Charges.BatchSize, Batches: cfg.Charges.Batches,
+		KeyWait: cfg.Pool.KeyWait, CommitWait: cfg.Pool.CommitWait, Waiters: max(1, int(cfg.Pool.MaxConns)/2),
+		AuthorizationTTL: cfg.Charges.AuthorizationTTL,
 		OnAbandoned: func(a charging.AbandonedCharge) {
 			m.ChargeAbandoned(a.Outcome)
 			logAbandoned(log, a)
@@ -96,18 +104,9 @@ func openCharging(cfg config, store *postgres.Store, log *slog.Logger, m *metric
 	return path
 }
 
-// openAdmin opens a one-connection store for an operator command; dbURL, if
-// set, overrides DATABASE_URL.
-func openAdmin(ctx context.Context, cmd, dbURL string, getenv func(string) string, stderr io.Writer) (*postgres.Store, error) {
-	var cfgArgs []string
-	if dbURL != "" {
-		cfgArgs = []string{"--database-url", dbURL}
-	}
-	// cfgArgs hold no -h: the command's own flags had it.
-	cfg, err := loadConfig(cmd, cfgArgs, getenv, io.Discard, stderr)
-	if err != nil {
-		return nil, err
-	}
+// openAdmin opens a one-connection store, for an operator command, on the
+// database of cfg (its database room alone).
+func openAdmin(ctx context.Context, cfg config) (*postgres.Store, error) {
 	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{MaxConns: 1})
 	if err != nil {
 		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err)

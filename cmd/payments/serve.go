@@ -39,7 +39,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer store.Close()
 	m.Pool(store.Pool())
 	path := openCharging(cfg, store, log, m)
-	front := idempotency.NewFront(cfg.CacheSize, cfg.CacheBytes, cfg.IdempotencyTTL, cfg.IdempotencyWait)
+	// IDEMPOTENCY_WAIT bounds a retry's wait for its twin in this process
+	// (the coalescer), as lock_timeout bounds it across replicas.
+	front := idempotency.NewFront(cfg.Keys.CacheSize, cfg.Keys.CacheBytes, cfg.Keys.TTL, cfg.Pool.KeyWait)
 	cacheMetrics(m, front, cfg)
 	if err := store.Ping(ctx); err != nil {
 		// Start anyway: /readyz reports the database, and requests answer 503
@@ -51,24 +53,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn("webhook endpoints may be http URLs on local addresses", "setting", "WEBHOOK_ALLOW_PRIVATE_NETWORKS",
 			"note", "for development and tests only: API callers can make the service send requests inside its network")
 	}
-	d := &drain{delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout}
+	d := &drain{delay: cfg.Shutdown.Delay, timeout: cfg.Shutdown.Timeout}
 	api := httpapi.New(backend{store, path, d}, log, httpapi.Options{
 		Spec:                 payments.OpenAPI,
 		Docs:                 true,
 		Front:                front,
 		Metrics:              m,
-		TrustedProxies:       cfg.TrustedProxies,
+		TrustedProxies:       cfg.HTTP.TrustedProxies,
 		AllowPrivateNetworks: cfg.WebhookAllowPrivate,
 	})
-	janitor := idempotency.NewJanitor(store, log, cfg.IdempotencyTTL, cfg.JanitorInterval, cfg.JanitorBatch, 10*time.Millisecond)
+	janitor := idempotency.NewJanitor(store, log, cfg.Keys.TTL, cfg.Keys.JanitorInterval, cfg.Keys.JanitorBatch, 10*time.Millisecond)
 	janitorMetrics(m, janitor)
 	stopJanitor := runBackground(ctx, janitor.Run)
 	defer stopJanitor()
 	stopSweeps := startSweeps(ctx, cfg, store, log, m)
 	defer stopSweeps()
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTP.Addr, err)
 	}
 	defer ln.Close() // in case serving never starts; Shutdown closes it too
 	log.Info("listening", "addr", ln.Addr().String())
@@ -85,17 +87,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("invalid DATABASE_URL: %w", err)
 	}
 	defer monitor.Close()
-	sampler := m.Backlog(outboxSampler(monitor, cfg.EventsHeldWarn, log))
-	stopSampler := runBackground(ctx, func(ctx context.Context) { sampler.Run(ctx, cfg.MetricsSample, log) })
+	sampler := m.Backlog(outboxSampler(monitor, cfg.Monitor.HeldWarn, log))
+	stopSampler := runBackground(ctx, func(ctx context.Context) { sampler.Run(ctx, cfg.Monitor.Sample, log) })
 	defer stopSampler()
-	if cfg.PprofAddr != "" {
-		stopPprof, err := servePprof(cfg.PprofAddr, log)
+	if cfg.Parts.PprofAddr != "" {
+		stopPprof, err := servePprof(cfg.Parts.PprofAddr, log)
 		if err != nil {
 			return err
 		}
 		defer stopPprof()
 	}
-	if cfg.RelayEnabled {
+	if cfg.Parts.Relay {
 		stopRelay, err := startRelay(ctx, cfg, store, log, m)
 		if err != nil {
 			return err
@@ -196,14 +198,14 @@ const expiryBatch = 500
 // WEBHOOK_DELIVERY is false, the webhook Deliverer (fan-out on one replica at
 // a time, deliveries leased across all), with their metrics. The returned func stops both and waits for them.
 func startSweeps(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (stop func()) {
-	expiry := charging.NewExpirySweep(store, log, cfg.ExpiryInterval, expiryBatch)
+	expiry := charging.NewExpirySweep(store, log, cfg.Charges.ExpiryInterval, expiryBatch)
 	m.CounterFunc("payments_authorizations_expired_total", "Authorizations this process recorded as expired (the expiry sweep; one replica sweeps at a time).",
 		func() float64 { return float64(expiry.Expired()) })
 	stopExpiry := runBackground(ctx, expiry.Run)
 
 	stopWebhooks := func() {}
-	if cfg.WebhookDelivery {
-		deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate, Retention: cfg.EventRetention})
+	if cfg.Parts.WebhookDelivery {
+		deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate, Retention: cfg.Relay.EventRetention})
 		for outcome, n := range map[string]*atomic.Int64{
 			"delivered": &deliverer.Stats.Delivered, "failed": &deliverer.Stats.Failed, "abandoned": &deliverer.Stats.Abandoned,
 		} {

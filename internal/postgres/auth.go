@@ -71,7 +71,7 @@ func (s *Merchants) Authenticate(ctx context.Context, apiKey, client string) (uu
 func (s *Merchants) lookupAPIKey(ctx context.Context, hash [sha256.Size]byte, known bool, client string) (uuid.UUID, error) {
 	// Shared by every request waiting on this lookup: no one client's cancel
 	// may fail the others.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.KeyWait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.LookupWait)
 	defer cancel()
 	if !known {
 		release, err := s.awaitLookup(ctx, client)

@@ -256,7 +256,7 @@ func (s *db) runRounds() {
 // remembers its snapshot.
 func (s *db) confirmRound() error {
 	s.confirmed.rounds.Add(1)
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.KeyWait+s.opts.CommitWait)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.AcquireWait+s.opts.CommitWait)
 	defer cancel()
 	conn, err := s.acquire(ctx)
 	if err != nil {

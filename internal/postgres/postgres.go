@@ -26,6 +26,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,9 +51,12 @@ import (
 type Options struct {
 	// MaxConns caps the connection pool (default 20).
 	MaxConns int32
-	// KeyWait bounds how long a request waits for another transaction holding
-	// the same idempotency key, or for a pooled connection (default 5s).
-	KeyWait time.Duration
+	// KeyWait is every connection's lock_timeout (default 5s): it bounds each
+	// lock wait, above all a request's wait behind another transaction, on
+	// any replica, holding its idempotency key. AcquireWait bounds the wait
+	// for a pooled connection (acquire), LookupWait an API key's lookup, with
+	// its wait for a budget and a slot (auth.go); zero takes KeyWait.
+	KeyWait, AcquireWait, LookupWait time.Duration
 	// KeyTTL is how long idempotency keys are kept (default 24h). An older key
 	// that the janitor has not yet removed is treated as absent.
 	KeyTTL time.Duration
@@ -75,6 +79,7 @@ func (o Options) withDefaults() Options {
 	if o.KeyWait <= 0 {
 		o.KeyWait = 5 * time.Second
 	}
+	o.AcquireWait, o.LookupWait = cmp.Or(o.AcquireWait, o.KeyWait), cmp.Or(o.LookupWait, o.KeyWait)
 	if o.KeyTTL <= 0 {
 		o.KeyTTL = 24 * time.Hour
 	}
@@ -367,10 +372,10 @@ func (s *db) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 	return nil
 }
 
-// acquire takes a pooled connection, waiting at most KeyWait for one: a pool
-// that stays exhausted is payment.ErrUnavailable, not an unbounded queue.
+// acquire takes a pooled connection, waiting at most AcquireWait for one: a
+// pool that stays exhausted is payment.ErrUnavailable, not an unbounded queue.
 func (s *db) acquire(ctx context.Context) (*pgxpool.Conn, error) {
-	acquireCtx, cancel := context.WithTimeout(ctx, s.opts.KeyWait)
+	acquireCtx, cancel := context.WithTimeout(ctx, s.opts.AcquireWait)
 	defer cancel()
 	conn, err := s.pool.Acquire(acquireCtx)
 	if err != nil {
