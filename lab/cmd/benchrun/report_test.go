@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/exactlyonce/payments/lab/internal/benchrun"
+)
+
+// fakeBench is a run whose steps all measured something, without running
+// anything: the report's template and arithmetic alone.
+func fakeBench(t *testing.T) *bench {
+	t.Helper()
+	dir := t.TempDir()
+	results, err := benchrun.NewResults(filepath.Join(dir, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := readBenchSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.report, s.admin = filepath.Join(dir, "benchmarks.md"), "postgres://nobody@127.0.0.1:1/none"
+	b := &bench{log: log.New(os.Stderr, "test: ", 0), s: s, lg: &benchrun.Loadgen{Results: results},
+		ref: &benchrun.Reference{}, baseline: baseline{bin: "bin/payments-baseline", commit: "ac4142a0123456789", subject: "before"}}
+	add := func(name, json string) {
+		r, err := benchrun.ParseRun([]byte(json))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Name, r.Load = name, "1.00"
+		if err := results.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(cps, p50, p99 float64) string {
+		return fmt.Sprintf(`{"scenario":"fresh","requests":1000,"req_per_s":%[1]g,"charges":1000,"charges_per_s":%[1]g,"replays_per_s":0,`+
+			`"p50_ms":%g,"p95_ms":%g,"p99_ms":%g,"max_ms":9,"in_use":0,"errors":{},"error_count":0,"verified":true,`+
+			`"service_cpu_ticks":30,"seconds":10,"start_unix_ms":1000,"end_unix_ms":11000}`, cps, p50, p99, p99)
+	}
+	add("fresh", run(1500, 4, 12))
+	add("replay", strings.Replace(run(6000, 1, 3), `"replays_per_s":0`, `"replays_per_s":6000`, 1))
+	add("storm", run(100, 5, 20))
+	add("mixed", run(1200, 4, 14))
+	for _, side := range []string{"before", "after"} {
+		add("i12-"+side+"-fresh-r1", run(1000, 5, 15))
+		add("i12-"+side+"-one-r1", run(800, 6, 20))
+		add("i12-"+side+"-held-r1", strings.Replace(run(700, 7, 40), `"verified":true`, `"verified":true,"held_key_statuses":{"409":9}`, 1))
+		add("i12-"+side+"-single-r1", run(300, 3, 5))
+	}
+	add("curve-c1", run(300, 3, 5))
+	add("janitor-off", run(1400, 4, 10))
+	add("janitor-on", run(1300, 4, 15))
+	add("heap-1", run(1500, 4, 12))
+	b.scen.ref = benchrun.RefRun{Tag: "reference", TPS: "2000.0", Avg: "8.0"}
+	b.ref.Runs = []benchrun.RefRun{{Tag: "i12-ref-r1", Clients: 16, TPS: "2000.0", TPSValue: 2000, Avg: "8", P50: "7.000", P99: "20.000"}}
+	b.gc = groupCommitFigures{clkTck: 100, oneBalance: 99999999}
+	b.s.curveClients = []int{1}
+	b.hp = heapFigures{runs: []string{"heap-1"}, sent: 10000, distinct: 12000, measured: true, errors: "0"}
+	b.hp.last.HeapInuse, b.hp.last.First.OutboxBacklog = 20<<20, 42
+	b.gob = goBenchFigures{RelayOK: true, RelayP50: "3", RelayP99: "9", RelayMax: "12", RelayEvents: "2000"}
+	b.jan = janitorFigures{seeded: true, measured: true, deletedDuring: 5000, windowMs: 10000, activeMs: 5000, expiredAfter: "0"}
+	return b
+}
+
+func TestReportFromAFullRun(t *testing.T) {
+	b := fakeBench(t)
+	if err := os.WriteFile(b.s.report, []byte("old\n<!-- bench-sync:begin -->\nSYNC SECTION\n<!-- bench-sync:end -->\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.writeReport(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(b.s.report)
+	for _, want := range []string{
+		"| fresh | 1000 | 1500 | 1500 | 0 | 4 | 12 | 12 | 9 | 0 | 0 | verified |",
+		"- **fresh charges/s ÷ reference_tps = 0.75** (1500 / 2000.0)",
+		"| fresh charges/s ≥ 0.6 × reference_tps | **met** | 0.75 ×",
+		"| replays/s ≥ 2 × fresh charges/s | **met** | 4.00 ×",
+		"| janitor deleting 1000000 expired keys: fresh p99 ≤ 2 × p99 without it | **met** | 1.50 ×",
+		"heap in use 20.0 MiB (bound 48 MiB)",
+		"| fresh charges/s, 16 clients over 1,000 accounts (× pg-reference) | 1000.0 (0.50 ×) | 1000.0 (0.50 ×) | 2000.0 |",
+		"| service CPU per fresh charge (16 clients, 1,000 accounts): after ≤ 0.5 × before | 0.300 ms | 0.300 ms (1.00 ×) | — | **not met** |",
+		"40.000 ms held vs 20.000 ms not (2.00 ×); the retrying client: 409: 9",
+		"| i12-ref-r1 | 16 | 2000.0 | 8 | 7.000 | 20.000 |",
+		"| heap-1 | 1000 | 1500 | 1500 | 0 | 4 | 12 | 12 | 9 | 0 | 0 | verified | 1.00 |",
+		"the outbox held\n42 unpublished events",
+		"<!-- bench-sync:begin -->\nSYNC SECTION\n<!-- bench-sync:end -->\n",
+	} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if strings.Contains(string(got), "<no value>") || strings.Contains(string(got), "\n\n\n") || strings.HasSuffix(string(got), "\n\n") {
+		t.Errorf("the report has an empty value or a double blank line:\n%s", got)
+	}
+}
+
+func TestJanitorWindow(t *testing.T) {
+	samples := [][]float64{
+		{900, 0, 0, 0, 0, 0, 100}, {1000, 0, 0, 0, 0, 0, 200}, {1500, 0, 0, 0, 0, 0, 300},
+		{2000, 0, 0, 0, 0, 0, 400}, {2500, 0, 0, 0, 0, 0, 400}, {3000, 0, 0, 0, 0, 0, 400},
+	}
+	before, during, active, window := janitorWindow(samples, 1000, 3000)
+	if before != 200 || during != 200 || active != 1000 || window != 2000 {
+		t.Errorf("janitorWindow = %d %d %d %d, want 200 200 1000 2000", before, during, active, window)
+	}
+}
+
+func TestReproNamesOnlyWhatDiffers(t *testing.T) {
+	t.Setenv("BENCH_LARGE", "0")
+	t.Setenv("BENCH_CURVE_CLIENTS", "1 4")
+	s, err := readBenchSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.repro(), "BENCH_SECONDS=10 BENCH_CLIENTS=16 BENCH_LARGE=0 BENCH_CURVE_CLIENTS='1 4'"; got != want {
+		t.Errorf("repro = %q, want %q", got, want)
+	}
+	t.Setenv("BENCH_HEAP_KEYS", "100")
+	if _, err := readBenchSettings(); err == nil || !strings.Contains(err.Error(), "BENCH_HEAP_KEYS") {
+		t.Errorf("BENCH_HEAP_KEYS=100 is accepted (err %v)", err)
+	}
+}
