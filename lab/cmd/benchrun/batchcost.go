@@ -12,7 +12,7 @@ import (
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
-// runBatchCost is make batch-cost (issue 24): what a charge batch costs,
+// runBatchCost is make batch-cost: what a charge batch costs,
 // apart from what each charge in it adds.
 //
 // For each client count: a new database, `payments serve` (bin/payments,

@@ -34,8 +34,8 @@ import (
 //	BENCH_CURVE_CLIENTS  the client counts of the curve (default "1 2 4 8 16 32 64")
 //	BENCH_CPU            1 (default): CPU per charge by part with the relay on and off
 //	                     (make bench-pair, over 1,000 accounts and one); 0 skips it
-//	BENCH_CPU_BASELINE   side A of that (default 8685d9f, before issue 24; HEAD when
-//	                     this clone lacks it)
+//	BENCH_CPU_BASELINE   side A of that (default 8685d9f, the relay before its cursor
+//	                     row; HEAD when this clone lacks it)
 //	BENCH_CLAIM_COUNT    interleaved runs of BenchmarkKeyClaimOverhead (default 5)
 //	PAYMENTS_BENCH_DATABASE_URL, else PAYMENTS_TEST_DATABASE_URL: a PostgreSQL where
 //	  this may CREATE DATABASE (default postgres://postgres@localhost:5432/postgres);

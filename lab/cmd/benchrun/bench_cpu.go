@@ -13,7 +13,7 @@ import (
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
-// cpuFigures: CPU per charge by part, the relay on and off (issue 24), as
+// cpuFigures: CPU per charge by part, the relay on and off, as
 // make bench-pair prints its tables.
 type cpuFigures struct {
 	Baseline string
@@ -70,7 +70,7 @@ func (b *bench) cpuByPart(ctx context.Context) error {
 // buildPairLogged builds both sides and bin/paymentsbench, the builds'
 // messages and a failure into logPath; it reports whether they built.
 func (b *bench) buildPairLogged(ctx context.Context, sides [2]pairSide, logPath string) bool {
-	b.say("CPU by part (issue 24): building %s and this checkout into bin/pair-A and bin/pair-B", b.cpu.Baseline)
+	b.say("CPU by part: building %s and this checkout into bin/pair-A and bin/pair-B", b.cpu.Baseline)
 	f, err := os.Create(logPath)
 	if err != nil {
 		b.say("WARNING: %v", err)
@@ -91,7 +91,7 @@ func (b *bench) cpuPass(ctx context.Context, sides [2]pairSide, p cpuPass) strin
 		events = ", event delays"
 	}
 	relays := strings.Join(p.relays, " ")
-	b.say("CPU by part (issue 24): %s vs this checkout, relay %s, %d account(s)%s, %d round(s)",
+	b.say("CPU by part: %s vs this checkout, relay %s, %d account(s)%s, %d round(s)",
 		b.cpu.Baseline, relays, p.accounts, events, b.s.pairs)
 	logPath := fmt.Sprintf("bin/bench-pair-%d", p.accounts)
 	if p.events {

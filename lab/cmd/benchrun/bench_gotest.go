@@ -154,10 +154,10 @@ func hasBenchmark(dir, fn string) bool {
 }
 
 // commitToPublish: the relay's delay from a charge's transaction to a NATS
-// subscriber (issue 4), 200 charges/s for 10 s.
+// subscriber, 200 charges/s for 10 s.
 func (b *bench) commitToPublish(ctx context.Context) {
 	g := &b.gob
-	b.say("go benchmark CommitToPublish (relay delay, issue 4; 200 charges/s for 10 s)")
+	b.say("go benchmark CommitToPublish (relay delay; 200 charges/s for 10 s)")
 	out, err := b.goBench(ctx, "CommitToPublish", "./internal/relay/", "-benchtime", "1x")
 	first := func(unit string) string {
 		if v := goMetric(out, "Benchmark", unit); len(v) > 0 {

@@ -12,7 +12,8 @@ import (
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
-// groupCommitFigures: issue 12's paired runs and the throughput curve.
+// groupCommitFigures: group commit's paired runs (before and after) and the
+// throughput curve.
 type groupCommitFigures struct {
 	sides                 []string // "before" (when there is a baseline) and "after"
 	oneBalance            int
@@ -35,10 +36,10 @@ type side struct {
 // groupCommit runs the service before group commit (the baseline) and this
 // checkout side by side, each on a new scratch database, with the same
 // settings; their runs alternate so that drift on a shared machine falls on
-// both. Runs are named i12-SIDE-KIND-rROUND. Then the curve.
+// both. Runs are named groupcommit-SIDE-KIND-rROUND. Then the curve.
 func (b *bench) groupCommit(ctx context.Context) error {
 	g := &b.gc
-	b.say("group commit (issue 12): before (%s) and after (bin/payments), IDEMPOTENCY_WAIT=%s, %d round(s)",
+	b.say("group commit: before (%s) and after (bin/payments), IDEMPOTENCY_WAIT=%s, %d round(s)",
 		benchrun.OrDash(b.baseline.bin), b.s.keyWait, b.s.pairs)
 	began := time.Now()
 	g.loadBefore, g.clkTck = benchrun.LoadAverage(3), clockTicks()
@@ -102,14 +103,14 @@ func (b *bench) groupCommitRound(ctx context.Context, r int, order []*side) {
 	b.say("  round %d of %d (%s)", r, b.s.pairs, strings.Join(names, " "))
 	balance := strconv.Itoa(b.gc.oneBalance)
 	for _, sd := range order {
-		b.pairedRun(ctx, sd, fmt.Sprintf("i12-%s-fresh-r%d", sd.name, r), b.s.clients, "-service-pid", strconv.Itoa(sd.svc.PID))
+		b.pairedRun(ctx, sd, fmt.Sprintf("groupcommit-%s-fresh-r%d", sd.name, r), b.s.clients, "-service-pid", strconv.Itoa(sd.svc.PID))
 	}
-	if _, err := b.ref.Run(ctx, fmt.Sprintf("i12-ref-r%d", r), b.s.clients, b.s.admin); err != nil {
+	if _, err := b.ref.Run(ctx, fmt.Sprintf("groupcommit-ref-r%d", r), b.s.clients, b.s.admin); err != nil {
 		b.say("%v", err)
 	}
 	for _, sd := range order {
-		b.pairedRun(ctx, sd, fmt.Sprintf("i12-%s-one-r%d", sd.name, r), b.s.clients, "-accounts", "1", "-balance", balance)
-		tag := fmt.Sprintf("i12-%s-held-r%d", sd.name, r)
+		b.pairedRun(ctx, sd, fmt.Sprintf("groupcommit-%s-one-r%d", sd.name, r), b.s.clients, "-accounts", "1", "-balance", balance)
+		tag := fmt.Sprintf("groupcommit-%s-held-r%d", sd.name, r)
 		key := fmt.Sprintf("bench-held-%d-%s-r%d", os.Getpid(), sd.name, r)
 		held, err := benchrun.HoldKey(ctx, sd.database, sd.merchant.ID, key)
 		if err != nil {
@@ -121,7 +122,7 @@ func (b *bench) groupCommitRound(ctx context.Context, r int, order []*side) {
 		held.Release(ctx)
 	}
 	for _, sd := range order {
-		b.pairedRun(ctx, sd, fmt.Sprintf("i12-%s-single-r%d", sd.name, r), 1)
+		b.pairedRun(ctx, sd, fmt.Sprintf("groupcommit-%s-single-r%d", sd.name, r), 1)
 	}
 }
 

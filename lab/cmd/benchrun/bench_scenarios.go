@@ -10,7 +10,8 @@ import (
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
-// scenarioFigures: issue 5's scenarios and the database's ceiling beside them.
+// scenarioFigures: the four scenarios (fresh, replay, storm, mixed) and the
+// database's ceiling beside them.
 type scenarioFigures struct {
 	ref  benchrun.RefRun
 	runs map[string]benchrun.Run

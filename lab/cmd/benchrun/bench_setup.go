@@ -44,7 +44,7 @@ type bench struct {
 	gob  goBenchFigures
 }
 
-// baseline is the service before group commit, for issue 12's "before".
+// baseline is the service before group commit, group commit's "before".
 type baseline struct {
 	bin, note, commit, subject string
 }
@@ -159,7 +159,7 @@ func (b *bench) cleanup() {
 func (b *bench) buildBaseline(ctx context.Context) {
 	defer func() {
 		if b.baseline.bin == "" {
-			b.say("WARNING: no baseline, so no \"before\" column in issue 12: %s", b.baseline.note)
+			b.say("WARNING: no baseline, so no \"before\" column for group commit: %s", b.baseline.note)
 		}
 	}()
 	ref := b.s.baselineRef

@@ -1,14 +1,15 @@
 // Command benchrun orchestrates the service's benchmarks:
 //
-//	benchrun bench       make bench: issue 5's targets, group commit against
-//	                     its baseline (issue 12), CPU per charge by part (issue
-//	                     24); writes docs/benchmarks.md
-//	benchrun sync        make bench-sync: the cost of synchronous replication
-//	                     (issue 15), its own section of the report
+//	benchrun bench       make bench: the service against the database's
+//	                     ceiling and its stated bounds, group commit against
+//	                     its baseline, CPU per charge by part; writes
+//	                     docs/benchmarks.md (BENCH_REPORT: elsewhere)
+//	benchrun sync        make bench-sync: the cost of synchronous
+//	                     replication, its own section of the report
 //	benchrun pair        make bench-pair: two builds of the service paired, the
-//	                     relay on and off, CPU per charge by part (issue 24)
+//	                     relay on and off, CPU per charge by part
 //	benchrun batch-cost  make batch-cost: what a charge batch costs apart from
-//	                     its charges (issue 24)
+//	                     its charges
 //
 // It runs from the repository's root (scripts/bench.sh, bench-sync.sh,
 // bench-pair.sh and batch-cost.sh build it and run it there), starts the

@@ -13,7 +13,7 @@ import (
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
-// runPair is make bench-pair (issue 24's measurements of one change at a
+// runPair is make bench-pair (the measurements of one change at a
 // time): fresh charges of two builds of the service, paired in one run.
 //
 // Each build (default: A the commit before HEAD, B the working tree) is

@@ -30,7 +30,7 @@ type report struct {
 	PG            string
 	Shared        string
 	Ref           benchrun.RefRun // pg-reference beside the scenarios
-	Issue5        issue5View
+	Targets       targetsView
 	GC            groupCommitView
 	Go            goBenchFigures
 	Heap          heapView
@@ -83,7 +83,7 @@ func (b *bench) writeReport(ctx context.Context) error {
 	if err := os.WriteFile(b.s.report, []byte(text), 0o644); err != nil {
 		return err
 	}
-	b.say("wrote %s in %ds: fresh/reference %s, replay/fresh %s", b.s.report, r.Elapsed, r.Issue5.FreshRatio, r.Issue5.ReplayRatio)
+	b.say("wrote %s in %ds: fresh/reference %s, replay/fresh %s", b.s.report, r.Elapsed, r.Targets.FreshRatio, r.Targets.ReplayRatio)
 	printTargets(text)
 	if len(b.lg.Failed) > 0 {
 		return fmt.Errorf("balances did not match in: %s (see %s and bin/bench-results.jsonl)", strings.Join(b.lg.Failed, " "), b.s.report)
@@ -95,7 +95,7 @@ func (b *bench) newReport(ctx context.Context) report {
 	s := b.s
 	r := report{bench: b, M: benchrun.Describe(s.goBin), Shared: b.shared, Ref: b.scen.ref, Go: b.gob, CPU: b.cpu,
 		Baseline: b.baseline, Warnings: b.warnings(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"),
-		Issue5: b.issue5View(), GC: b.groupCommitView(), CPUSection: strings.TrimPrefix(b.cpu.section, "\n"),
+		Targets: b.targetsView(), GC: b.groupCommitView(), CPUSection: strings.TrimPrefix(b.cpu.section, "\n"),
 		Took: map[string]int{"gc": b.gc.took, "heap": b.hp.took, "janitor": b.jan.took, "large": b.lt.took}}
 	r.S = settingsView{Seconds: s.seconds, Clients: s.clients, Pairs: s.pairs, HeapKeys: s.heapKeys, HeapBudget: s.heapBudget,
 		JanitorKeys: s.janitorKeys, LargeKeys: s.largeKeys, ClaimCount: s.claimCount, Large: s.large, Curve: s.curve,

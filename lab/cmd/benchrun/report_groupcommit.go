@@ -8,7 +8,7 @@ import (
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
-// sideView: one side's figures of issue 12, each the mean over the rounds.
+// sideView: one side's figures of group commit, each the mean over the rounds.
 type sideView struct {
 	Runs                            int
 	FreshCPS, OneCPS, SingleP50     string
@@ -16,7 +16,7 @@ type sideView struct {
 	HeldAnswers                     string
 }
 
-// groupCommitView: issue 12's table, its verdicts, and the runs.
+// groupCommitView: group commit's table, its verdicts, and the runs.
 type groupCommitView struct {
 	Before, After           sideView
 	RefTPS, RefP50At1       string
@@ -36,10 +36,10 @@ type groupCommitView struct {
 func (b *bench) side(name string) sideView {
 	rs := b.lg.Results
 	mean := func(field, kind string, digits int) string {
-		m, ok := benchrun.Mean(benchrun.Floats(rs.Match(fmt.Sprintf("i12-%s-%s-r[0-9]+", name, kind)), field))
+		m, ok := benchrun.Mean(benchrun.Floats(rs.Match(fmt.Sprintf("groupcommit-%s-%s-r[0-9]+", name, kind)), field))
 		return benchrun.FixedOr(m, ok, digits)
 	}
-	fresh := rs.Match(fmt.Sprintf("i12-%s-fresh-r[0-9]+", name))
+	fresh := rs.Match(fmt.Sprintf("groupcommit-%s-fresh-r[0-9]+", name))
 	v := sideView{Runs: len(benchrun.Floats(fresh, "charges")), FreshCPS: mean("charges_per_s", "fresh", 1),
 		OneCPS: mean("charges_per_s", "one", 1), SingleP50: mean("p50_ms", "single", 3),
 		OneP99: mean("p99_ms", "one", 3), HeldP99: mean("p99_ms", "held", 3)}
@@ -51,7 +51,7 @@ func (b *bench) side(name string) sideView {
 		v.CPU = benchrun.Fixed(benchrun.Sum(ticks)*1000/float64(b.gc.clkTck)/charges, 3)
 	}
 	answers := map[string]int64{}
-	for _, r := range rs.Match(fmt.Sprintf("i12-%s-held-r[0-9]+", name)) {
+	for _, r := range rs.Match(fmt.Sprintf("groupcommit-%s-held-r[0-9]+", name)) {
 		for status, n := range r.CountMap("held_key_statuses") {
 			answers[status] += n
 		}
@@ -100,7 +100,7 @@ func orDashWith(value, more string) string {
 
 func (b *bench) groupCommitView() groupCommitView {
 	v := groupCommitView{Before: b.side("before"), After: b.side("after"), Lost: strings.Join(b.gc.lost, " ")}
-	refs := b.ref.Match("i12-ref-r[0-9]+")
+	refs := b.ref.Match("groupcommit-ref-r[0-9]+")
 	var tps []float64
 	for _, r := range refs {
 		if r.TPS != "" {
@@ -112,10 +112,10 @@ func (b *bench) groupCommitView() groupCommitView {
 	v.RefP50At1 = b.ref.Get("curve-ref-c1").P50
 	v.judge(b)
 	v.BeforeDesc = b.beforeDesc()
-	for _, r := range b.lg.Results.Match("(i12|curve)-.*") {
+	for _, r := range b.lg.Results.Match("(groupcommit|curve)-.*") {
 		v.Runs = append(v.Runs, r.Name)
 	}
-	v.RefRuns = b.ref.Match("(i12|curve)-.*")
+	v.RefRuns = b.ref.Match("(groupcommit|curve)-.*")
 	for _, n := range b.s.curveClients {
 		run, ref := b.lg.Results.Get(fmt.Sprintf("curve-c%d", n)), b.ref.Get(fmt.Sprintf("curve-ref-c%d", n))
 		v.CurveRows = append(v.CurveRows, fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %s |", n,
@@ -126,7 +126,7 @@ func (b *bench) groupCommitView() groupCommitView {
 	return v
 }
 
-// judge works out issue 12's verdicts; without a baseline, those that
+// judge works out group commit's verdicts; without a baseline, those that
 // compare with it are not judged.
 func (v *groupCommitView) judge(b *bench) {
 	before, after := v.Before, v.After
@@ -136,7 +136,7 @@ func (v *groupCommitView) judge(b *bench) {
 	}
 	if before.HeldRatio != "" && benchrun.AtMost(before.HeldRatio, 1.5) == "**not met**" {
 		v.HeldBeforeMissed = true
-		errs := benchrun.Sum(benchrun.Floats(b.lg.Results.Match("i12-before-held-r[0-9]+"), "error_count"))
+		errs := benchrun.Sum(benchrun.Floats(b.lg.Results.Match("groupcommit-before-held-r[0-9]+"), "error_count"))
 		v.HeldBeforeErrors = int(errs)
 	}
 	if b.baseline.bin == "" {

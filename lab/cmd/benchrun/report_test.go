@@ -48,17 +48,17 @@ func fakeBench(t *testing.T) *bench {
 	add("storm", run(100, 5, 20))
 	add("mixed", run(1200, 4, 14))
 	for _, side := range []string{"before", "after"} {
-		add("i12-"+side+"-fresh-r1", run(1000, 5, 15))
-		add("i12-"+side+"-one-r1", run(800, 6, 20))
-		add("i12-"+side+"-held-r1", strings.Replace(run(700, 7, 40), `"verified":true`, `"verified":true,"held_key_statuses":{"409":9}`, 1))
-		add("i12-"+side+"-single-r1", run(300, 3, 5))
+		add("groupcommit-"+side+"-fresh-r1", run(1000, 5, 15))
+		add("groupcommit-"+side+"-one-r1", run(800, 6, 20))
+		add("groupcommit-"+side+"-held-r1", strings.Replace(run(700, 7, 40), `"verified":true`, `"verified":true,"held_key_statuses":{"409":9}`, 1))
+		add("groupcommit-"+side+"-single-r1", run(300, 3, 5))
 	}
 	add("curve-c1", run(300, 3, 5))
 	add("janitor-off", run(1400, 4, 10))
 	add("janitor-on", run(1300, 4, 15))
 	add("heap-1", run(1500, 4, 12))
 	b.scen.ref = benchrun.RefRun{Tag: "reference", TPS: "2000.0", Avg: "8.0"}
-	b.ref.Runs = []benchrun.RefRun{{Tag: "i12-ref-r1", Clients: 16, TPS: "2000.0", TPSValue: 2000, Avg: "8", P50: "7.000", P99: "20.000"}}
+	b.ref.Runs = []benchrun.RefRun{{Tag: "groupcommit-ref-r1", Clients: 16, TPS: "2000.0", TPSValue: 2000, Avg: "8", P50: "7.000", P99: "20.000"}}
 	b.gc = groupCommitFigures{clkTck: 100, oneBalance: 99999999}
 	b.s.curveClients = []int{1}
 	b.hp = heapFigures{runs: []string{"heap-1"}, sent: 10000, distinct: 12000, measured: true, errors: "0"}
@@ -87,7 +87,7 @@ func TestReportFromAFullRun(t *testing.T) {
 		"| fresh charges/s, 16 clients over 1,000 accounts (× pg-reference) | 1000.0 (0.50 ×) | 1000.0 (0.50 ×) | 2000.0 |",
 		"| service CPU per fresh charge (16 clients, 1,000 accounts): after ≤ 0.5 × before | 0.300 ms | 0.300 ms (1.00 ×) | — | **not met** |",
 		"40.000 ms held vs 20.000 ms not (2.00 ×); the retrying client: 409: 9",
-		"| i12-ref-r1 | 16 | 2000.0 | 8 | 7.000 | 20.000 |",
+		"| groupcommit-ref-r1 | 16 | 2000.0 | 8 | 7.000 | 20.000 |",
 		"| heap-1 | 1000 | 1500 | 1500 | 0 | 4 | 12 | 12 | 9 | 0 | 0 | verified | 1.00 |",
 		"the outbox held\n42 unpublished events",
 		"<!-- bench-sync:begin -->\nSYNC SECTION\n<!-- bench-sync:end -->\n",

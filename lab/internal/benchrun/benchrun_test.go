@@ -75,18 +75,18 @@ func TestResultsRenameAndMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"i12-after-fresh-r1", "i12-after-fresh-r2", "i12-after-one-r1"} {
+	for _, name := range []string{"groupcommit-after-fresh-r1", "groupcommit-after-fresh-r2", "groupcommit-after-one-r1"} {
 		r, _ := ParseRun([]byte(`{"scenario":"fresh","charges_per_s":100}`))
 		r.Name = name
 		if err := rs.Add(r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := len(rs.Match("i12-after-fresh-r[0-9]+")); got != 2 {
+	if got := len(rs.Match("groupcommit-after-fresh-r[0-9]+")); got != 2 {
 		t.Errorf("matched %d runs, want 2", got)
 	}
 	b, _ := os.ReadFile(path)
-	if strings.Count(string(b), `"scenario":"i12-after-`) != 3 || strings.Contains(string(b), `"fresh"`) {
+	if strings.Count(string(b), `"scenario":"groupcommit-after-`) != 3 || strings.Contains(string(b), `"fresh"`) {
 		t.Errorf("the file does not hold the renamed lines:\n%s", b)
 	}
 }

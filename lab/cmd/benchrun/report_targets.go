@@ -6,8 +6,10 @@ import (
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
-// issue5View: the first part's figures and verdicts.
-type issue5View struct {
+// targetsView: the figures and verdicts of the table "How does the
+// service fare against its targets?": each set against the database's
+// ceiling or a bound stated in the report.
+type targetsView struct {
 	FreshCPS, ReplayRPS, FreshRatio, ReplayRatio string
 	FreshResult, ReplayResult                    string
 	StormResult, StormFigure                     string
@@ -17,9 +19,9 @@ type issue5View struct {
 	LaterRuns                                    []string
 }
 
-func (b *bench) issue5View() issue5View {
+func (b *bench) targetsView() targetsView {
 	fresh, replay := b.lg.Results.Get("fresh"), b.lg.Results.Get("replay")
-	v := issue5View{FreshCPS: fresh.Text("charges_per_s"), ReplayRPS: replay.Text("replays_per_s")}
+	v := targetsView{FreshCPS: fresh.Text("charges_per_s"), ReplayRPS: replay.Text("replays_per_s")}
 	v.FreshRatio = benchrun.Ratio(v.FreshCPS, b.scen.ref.TPS, 2)
 	v.ReplayRatio = benchrun.Ratio(v.ReplayRPS, v.FreshCPS, 2)
 	v.FreshResult, v.ReplayResult = benchrun.AtLeast(v.FreshRatio, 0.6), benchrun.AtLeast(v.ReplayRatio, 2)
