@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/template"
 	"time"
+	"unicode"
 
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
@@ -68,7 +69,7 @@ type heapView struct {
 func (b *bench) writeReport(ctx context.Context) error {
 	r := b.newReport(ctx)
 	tmpl, err := template.New("report").Funcs(template.FuncMap{
-		"row": r.row, "orDash": benchrun.OrDash, "orDashWith": orDashWith, "withRatio": withRatio,
+		"row": r.row, "runs": r.runs, "orDash": benchrun.OrDash, "orDashWith": orDashWith, "withRatio": withRatio,
 		"ratio": benchrun.Ratio, "tableHead": func() string { return tableHead }, "loadHead": loadHead,
 		"split": strings.Split,
 	}).Parse(reportTemplate)
@@ -79,7 +80,7 @@ func (b *bench) writeReport(ctx context.Context) error {
 	if err := tmpl.Execute(&out, r); err != nil {
 		return err
 	}
-	text := strings.TrimRight(out.String(), "\n") + "\n"
+	text := withContents(strings.TrimRight(out.String(), "\n") + "\n")
 	if err := os.WriteFile(b.s.report, []byte(text), 0o644); err != nil {
 		return err
 	}
@@ -168,6 +169,57 @@ func markedSection(report, name string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// contentsMarker is the template's line where withContents lists the
+// report's sections.
+const contentsMarker = "<!-- contents -->"
+
+// withContents replaces the contents marker of report with a list of the
+// sections (## headings) after it, the carried-over ones included, each
+// linked as the code host anchors it.
+func withContents(report string) string {
+	before, after, ok := strings.Cut(report, contentsMarker+"\n")
+	if !ok {
+		return report
+	}
+	var list strings.Builder
+	fenced := false
+	for line := range strings.Lines(after) {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if title, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), "## "); ok && !fenced {
+			fmt.Fprintf(&list, "- [%s](#%s)\n", title, anchor(title))
+		}
+	}
+	return before + list.String() + after
+}
+
+// anchor is the fragment the code host gives a heading: lower case,
+// letters, digits, hyphens and underscores kept, spaces made hyphens, the
+// rest dropped.
+func anchor(title string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(title) {
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+// runs is the names of this run's results that match pattern (whole
+// names, a regular expression), in the order they ran.
+func (r report) runs(pattern string) []string {
+	var names []string
+	for _, run := range r.bench.lg.Results.Match(pattern) {
+		names = append(names, run.Name)
+	}
+	return names
 }
 
 // loadHead is tableHead with a last column for the load average.

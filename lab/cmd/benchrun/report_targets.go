@@ -16,7 +16,6 @@ type targetsView struct {
 	JanitorResult, JanitorFigure, JanitorDetail  string
 	LargeResult, LargeFigure, LargeDetail        string
 	HeapResult, HeapFigure                       string
-	LaterRuns                                    []string
 }
 
 func (b *bench) targetsView() targetsView {
@@ -29,11 +28,6 @@ func (b *bench) targetsView() targetsView {
 	v.JanitorResult, v.JanitorFigure, v.JanitorDetail = b.janitorVerdict()
 	v.LargeResult, v.LargeFigure, v.LargeDetail = b.largeVerdict()
 	v.HeapResult, v.HeapFigure = b.heapVerdict()
-	for _, name := range append(b.hp.runs, "janitor-off", "janitor-on", "large-empty-1", "large-full-1", "large-full-2", "large-empty-2") {
-		if b.lg.Results.Has(name) {
-			v.LaterRuns = append(v.LaterRuns, name)
-		}
-	}
 	return v
 }
 

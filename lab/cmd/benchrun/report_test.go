@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,13 +92,110 @@ func TestReportFromAFullRun(t *testing.T) {
 		"| heap-1 | 1000 | 1500 | 1500 | 0 | 4 | 12 | 12 | 9 | 0 | 0 | verified | 1.00 |",
 		"the outbox held\n42 unpublished events",
 		"<!-- bench-sync:begin -->\nSYNC SECTION\n<!-- bench-sync:end -->\n",
+		"- [What does group commit buy?](#what-does-group-commit-buy)\n",
+		"- [How fast is a fresh charge against the database's own ceiling?](#how-fast-is-a-fresh-charge-against-the-databases-own-ceiling)\n",
 	} {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("the report lacks %q", want)
 		}
 	}
-	if strings.Contains(string(got), "<no value>") || strings.Contains(string(got), "\n\n\n") || strings.HasSuffix(string(got), "\n\n") {
-		t.Errorf("the report has an empty value or a double blank line:\n%s", got)
+	checkLayout(t, string(got))
+}
+
+// checkLayout fails on an empty template value, a double blank line, or a
+// contents list that does not name every section.
+func checkLayout(t *testing.T, report string) {
+	t.Helper()
+	if strings.Contains(report, "<no value>") || strings.Contains(report, "\n\n\n") || strings.HasSuffix(report, "\n\n") {
+		t.Errorf("the report has an empty value or a double blank line:\n%s", report)
+	}
+	if strings.Contains(report, contentsMarker) {
+		t.Error("the contents marker is still in the report")
+	}
+	for line := range strings.Lines(report) {
+		if title, ok := strings.CutPrefix(strings.TrimSpace(line), "## "); ok &&
+			!strings.Contains(report, "- ["+title+"](#"+anchor(title)+")\n") {
+			t.Errorf("the contents list lacks the section %q", title)
+		}
+	}
+}
+
+// Whatever a run measured or skipped, the report keeps its layout.
+func TestReportVariants(t *testing.T) {
+	kept := "<!-- kept:begin -->\n## Measured by hand: does it hold?\n\nYes.\n<!-- kept:end -->\n"
+	sync := "<!-- bench-sync:begin -->\n## Synchronous replication\n\nSlower.\n<!-- bench-sync:end -->\n"
+	for name, c := range map[string]struct {
+		old  string
+		edit func(*bench)
+		want []string
+	}{
+		"curve skipped": {edit: func(b *bench) { b.s.curve, b.gc.curveNote = false, "skipped in this run (BENCH_CURVE=0)" },
+			want: []string{"### At each number of clients\n\nNot measured: skipped in this run (BENCH_CURVE=0).\n\n## What does a replay cost?"}},
+		"curve not drawn": {edit: func(b *bench) { b.gc.curveNote = "bin/benchplot failed: x" },
+			want: []string{"Measured but not drawn: bin/benchplot failed: x. The figures:\n\nFresh charges over"}},
+		"large table and CPU by part": {edit: withLargeAndCPU,
+			want: []string{"| large-full-2 |", "\n\nOver 1,000 accounts:\n\npg-reference median: 1 tps", "make bench-pair    # PAIR_ACCOUNTS=1: one account\n\n**Latest figures.**\n\nOver 1,000"}},
+		"carried-over sections": {old: "old\n" + kept + "\n" + sync,
+			want: []string{"- [Measured by hand: does it hold?](#measured-by-hand-does-it-hold)\n", "(-1: not within 90 s).\n\n" + kept + "\n" + sync}},
+		"balances mismatched": {edit: func(b *bench) { b.lg.Failed = []string{"fresh"} },
+			want: []string{"**The balances did not match** in: fresh."}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := fakeBench(t)
+			if c.old != "" {
+				if err := os.WriteFile(b.s.report, []byte(c.old), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.edit != nil {
+				c.edit(b)
+			}
+			err := b.writeReport(context.Background())
+			if err != nil && len(b.lg.Failed) == 0 {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(b.s.report)
+			for _, want := range c.want {
+				if !strings.Contains(string(got), want) {
+					t.Errorf("the report lacks %q:\n%s", want, got)
+				}
+			}
+			checkLayout(t, string(got))
+		})
+	}
+}
+
+// withLargeAndCPU adds what the large-table and CPU-by-part steps measure.
+func withLargeAndCPU(b *bench) {
+	for _, name := range []string{"large-empty-1", "large-full-1", "large-full-2", "large-empty-2"} {
+		r, _ := benchrun.ParseRun([]byte(`{"scenario":"fresh","p50_ms":5,"verified":true,"errors":{}}`))
+		r.Name, r.Load = name, "1.00"
+		_ = b.lg.Results.Add(r)
+	}
+	b.lt = largeFigures{ok: true, autovacuum: "off", rows: "5000000", size: "3 GB", seedSeconds: 100, vacuumSeconds: 5, took: 150}
+	b.cpu.Baseline = "8685d9f"
+	for _, title := range []string{"Over 1,000 accounts", "On one account", "Commit-to-publish under the same load"} {
+		table := pairHeader("1", "1", 16, 10) + "| A | on | 1 | 1 | 1 | – | 1 | 1 | 1 | 1 | 1 |\n"
+		b.cpu.section += "\n\n" + title + ":\n\n" + strings.TrimRight(strings.TrimLeft(table, "\n"), "\n")
+	}
+}
+
+// docs/benchmarks.md is what the template writes: the same headings and
+// tables, in the same order, up to the sections carried over.
+func TestReportKeepsTheDocsShape(t *testing.T) {
+	b := fakeBench(t)
+	withLargeAndCPU(b)
+	if err := b.writeReport(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(b.s.report)
+	doc, err := os.ReadFile("../../../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	generated, _, _ := strings.Cut(string(doc), "<!-- kept:begin -->")
+	if want := skeleton(generated); !slices.Equal(skeleton(string(got)), want) {
+		t.Errorf("headings and tables differ from docs/benchmarks.md's:\n got %q\nwant %q", skeleton(string(got)), want)
 	}
 }
 

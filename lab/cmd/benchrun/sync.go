@@ -13,10 +13,10 @@ import (
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
-// runSync is make bench-sync: the cost of synchronous replication (issue
-// 15), fresh charges with a synchronous standby against a single server,
-// written into the section "The cost of synchronous replication" of
-// docs/benchmarks.md, between <!-- bench-sync:begin --> and
+// runSync is make bench-sync: the cost of synchronous replication, fresh
+// charges with a synchronous standby against a single server, written into
+// the section "Synchronous replication: what does waiting for the standby
+// cost?" of docs/benchmarks.md, between <!-- bench-sync:begin --> and
 // <!-- bench-sync:end --> (make bench keeps that section as it is).
 //
 // Three configurations, the same binaries and the same load:

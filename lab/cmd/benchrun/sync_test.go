@@ -226,7 +226,7 @@ func TestSyncSectionKeepsTheReportsShape(t *testing.T) {
 	for _, want := range []string{"| A: HA primary, synchronous standby | 4 | 200 | 20.00 | 60.00 | 700 | 2.00 | 0.30 |\n",
 		"| 4 | 0.50 | 0.67 | 0.60 | 5.00 | 18.00 |\n| 1 | — | 0.83 | — | 1.00 | — |\n\n### What", "|---|---|---|\n| fsync | on | on |\n\nEvery",
 		"| A-c4-r1 | 100 | 10 | 50 | 0 | verified | 1000.0 | 2.000 | 9.000 |\n", "vacuumed tables 1 times",
-		"(`benchrun sync`, lab/cmd/benchrun/sync.go)"} {
+		"(`benchrun sync`, lab/cmd/benchrun/sync.go,"} {
 		if !strings.Contains(section, want) {
 			t.Errorf("the section lacks %q", want)
 		}
