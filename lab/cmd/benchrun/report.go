@@ -109,8 +109,8 @@ func (b *bench) newReport(ctx context.Context) report {
 	}
 	r.PG, _ = benchrun.Value(ctx, s.admin, "SHOW server_version")
 	old, _ := os.ReadFile(s.report)
-	// Sections measured by a run of their own (make bench-sync) or by hand for
-	// one issue (each names its command): carried over as they are.
+	// Sections measured by a run of their own (make bench-sync) or by hand
+	// (each names its command): carried over as they are.
 	r.Kept = markedSection(string(old), "kept")
 	r.Sync = markedSection(string(old), "bench-sync")
 	for _, name := range b.lg.Failed {
