@@ -6,7 +6,9 @@
 
 FROM golang:1.26 AS build
 WORKDIR /src
-COPY go.mod go.sum go.work ./
+# The service's module alone, with the Go client its replace names: the
+# context has no go.work (it lists the lab too, which the image leaves out).
+COPY go.mod go.sum ./
 COPY client/go.mod client/go.sum client/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .

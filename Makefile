@@ -39,14 +39,21 @@ test: ## Run every test, integration tests included, under the race detector
 profile: ## CPU profile of the service under the fresh-charge load (PROFILE_SECONDS=15); prints the top costs
 	GO=$(GO) ./scripts/profile.sh
 
-# make bench: issue 5's targets, and issue 12's group commit against the
-# baseline (BENCH_BASELINE, default ac4142a, built from git into
-# bin/payments-baseline) with the throughput curve drawn by tools/benchplot
-# (a module of its own) into docs/bench-throughput.png and docs/bench-p99.png,
-# and issue 24's CPU per charge by part, the relay on and off (bench-pair).
-# About 22 minutes with the defaults (it took 1,344 s on 2026-12-01); the knobs
-# (BENCH_SECONDS, BENCH_PAIRS, BENCH_CURVE=0, BENCH_LARGE=0, BENCH_CPU=0, ...)
-# are listed in cmd/benchrun/bench.go, which runs it (scripts/bench.sh builds it).
+# The benchmarks, the load generator and the HA cluster runner are the lab's
+# (lab/, a module of its own: lab/cmd/benchrun, paymentsbench, hacluster,
+# benchplot, dockerlint); they drive bin/payments and the Go client, and the
+# scripts build them into bin/.
+#
+# make bench: fresh charges, replays, a storm on one key, the janitor, a large
+# key table and the heap against the database's own ceiling (pg-reference);
+# group commit against the service before it (BENCH_BASELINE, default
+# ac4142a, built from git into bin/payments-baseline) with the throughput
+# curve drawn by lab/cmd/benchplot into docs/bench-throughput.png and
+# docs/bench-p99.png; CPU per charge by part, the relay on and off
+# (bench-pair). About 22 minutes with the defaults (it took 1,344 s on
+# 2026-12-01); the knobs (BENCH_SECONDS, BENCH_PAIRS, BENCH_CURVE=0,
+# BENCH_LARGE=0, BENCH_CPU=0, BENCH_REPORT, ...) are listed in
+# lab/cmd/benchrun/bench.go, which runs it (scripts/bench.sh builds it).
 .PHONY: bench
 bench: ## Load-test scratch services (before/after group commit) against pg-reference; writes docs/benchmarks.md and its PNGs
 	GO=$(GO) ./scripts/bench.sh
@@ -57,8 +64,8 @@ bench: ## Load-test scratch services (before/after group commit) against pg-refe
 # charge of the machine, the service, PostgreSQL, nats-server and the load
 # generator (paymentsbench -cpu). About 4 minutes; prints a table. make
 # batch-cost: CPU per batch and per charge at each client count. Both are
-# cmd/benchrun's (`benchrun pair`, `benchrun batch-cost`), which their scripts
-# build and run; the knobs are listed in cmd/benchrun/pair.go and batchcost.go.
+# lab/cmd/benchrun's (`benchrun pair`, `benchrun batch-cost`), which their scripts
+# build and run; the knobs are listed in lab/cmd/benchrun/pair.go and batchcost.go.
 .PHONY: bench-pair
 bench-pair: ## Paired fresh-charge bench of two builds (PAIR_A, PAIR_B), relay on and off, CPU per charge by part
 	GO=$(GO) ./scripts/bench-pair.sh
@@ -67,14 +74,14 @@ bench-pair: ## Paired fresh-charge bench of two builds (PAIR_A, PAIR_B), relay o
 batch-cost: ## What a charge batch costs apart from its charges: CPU per batch and per charge at 1, 4 and 16 clients (COST_CLIENTS)
 	GO=$(GO) ./scripts/batch-cost.sh
 
-# make bench-sync: the cost of synchronous replication (issue 15). Starts the
+# make bench-sync: the cost of synchronous replication. Starts the
 # HA cluster if needed (and leaves it running), then compares fresh charges on
 # it (sync standby; then synchronous_commit=local) with the single server on
 # :5432, in interleaved rounds, each paired with pg-reference. About 20 minutes
 # with the defaults; it rewrites only its own section of docs/benchmarks.md.
-# The work is cmd/benchrun's (`benchrun sync`), which scripts/bench-sync.sh
+# The work is lab/cmd/benchrun's (`benchrun sync`), which scripts/bench-sync.sh
 # builds and runs; the knobs (BENCH_SECONDS, BENCH_SYNC_ROUNDS,
-# BENCH_SYNC_CLIENTS) are listed in cmd/benchrun/sync.go.
+# BENCH_SYNC_CLIENTS) are listed in lab/cmd/benchrun/sync.go.
 .PHONY: bench-sync
 bench-sync: ## Fresh charges with a synchronous standby vs a single server, against pg-reference; writes its section of docs/benchmarks.md
 	GO=$(GO) ./scripts/bench-sync.sh
@@ -108,7 +115,7 @@ chaos-ha: ## Start the HA cluster if needed and run the failover scenarios again
 # synchronous when the standby goes, so losing any one member keeps writes
 # going; data and logs in HA_DIR (default /var/tmp/payments-ha). ha-up is idempotent and prints the DATABASE_URL;
 # scripts/ha.sh has the helpers the tests use (primary, pid, ctl, ...). It
-# builds and runs cmd/hacluster, which does the work (go doc ./cmd/hacluster).
+# builds and runs lab/cmd/hacluster, which does the work (go doc ./lab/cmd/hacluster).
 .PHONY: ha-up ha-down ha-status
 ha-up: ## Start the HA cluster (etcd, Patroni primary + sync standby + replica) and print its DATABASE_URL
 	GO=$(GO) ./scripts/ha.sh up
@@ -154,8 +161,10 @@ lint: ## Check formatting, go vet, golangci-lint (.golangci.yaml), the OpenAPI s
 	fi
 	$(GO) vet ./...
 	cd client && $(GO) vet ./...
+	cd lab && $(GO) vet ./...
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 	cd client && $(GOLANGCI_LINT) run --allow-parallel-runners ./...
+	cd lab && $(GOLANGCI_LINT) run --allow-parallel-runners ./...
 	bash scripts/lint-openapi.sh
 	bash scripts/lint-alerts.sh
 	GO=$(GO) bash scripts/lint-metric-names.sh
@@ -193,7 +202,7 @@ generate: ## Regenerate client/types.gen.go from openapi.yaml (oapi-codegen)
 # skipped with a warning (under CI=true it fails); scripts/install-compose.sh
 # builds the plugin. Kept out of lint, which needs neither.
 .PHONY: lint-docker
-lint-docker: ## Check docker-compose.yml (docker compose config) and lint the Dockerfile (tools/dockerlint)
+lint-docker: ## Check docker-compose.yml (docker compose config) and lint the Dockerfile (lab/cmd/dockerlint)
 	GO=$(GO) bash scripts/lint-docker.sh
 
 # The image docker-compose.yml runs (payments:dev), with what make build links

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # batch-cost.sh: what a charge batch costs, apart from what each charge in it
-# adds (make batch-cost; issue 24). The work is cmd/benchrun's
-# (`benchrun batch-cost`, cmd/benchrun/batchcost.go, which documents it):
+# adds (make batch-cost). The work is lab/cmd/benchrun's
+# (`benchrun batch-cost`, lab/cmd/benchrun/batchcost.go, which documents it):
 # this builds bin/benchrun and runs it from the repository's root. It prints
 # a table on stdout, a row per client count. It stops what it starts and
 # drops its databases, interrupted or not.
@@ -19,5 +19,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
 export GO
 mkdir -p bin
-"$GO" build -o bin/benchrun ./cmd/benchrun
+"$GO" -C lab build -o ../bin/benchrun ./cmd/benchrun
 exec bin/benchrun batch-cost

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench-pair.sh: fresh charges of two builds of the service, paired in one
-# run (make bench-pair; issue 24's measurements of one change at a time).
+# run (make bench-pair: one change measured at a time, the relay on and off,
+# CPU per charge by part).
 #
 #   PAIR_A=<git rev> PAIR_B=<git rev> scripts/bench-pair.sh
 #
-# The work is cmd/benchrun's (`benchrun pair`, cmd/benchrun/pair.go, which
+# The work is lab/cmd/benchrun's (`benchrun pair`, lab/cmd/benchrun/pair.go, which
 # documents it): this builds bin/benchrun and runs it from the repository's
 # root. It prints a line per measurement on stderr, then pg-reference's
 # medians and a table on stdout. It stops what it starts and drops its
@@ -26,5 +27,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
 export GO
 mkdir -p bin
-"$GO" build -o bin/benchrun ./cmd/benchrun
+"$GO" -C lab build -o ../bin/benchrun ./cmd/benchrun
 exec bin/benchrun pair

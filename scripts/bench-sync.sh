@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench-sync.sh: the cost of synchronous replication (issue 15), written into
-# its own section of docs/benchmarks.md (`make bench-sync` calls it). The work
-# is cmd/benchrun's (`benchrun sync`, cmd/benchrun/sync.go, which documents it):
+# bench-sync.sh: the cost of synchronous replication, written into its own
+# section of docs/benchmarks.md (`make bench-sync` calls it). The work is
+# lab/cmd/benchrun's (`benchrun sync`, lab/cmd/benchrun/sync.go, which documents it):
 # this builds bin/benchrun and runs it from the repository's root.
 #
 # Environment (read by benchrun sync):
@@ -17,5 +17,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
 export GO
 mkdir -p bin
-"$GO" build -o bin/benchrun ./cmd/benchrun
+"$GO" -C lab build -o ../bin/benchrun ./cmd/benchrun
 exec bin/benchrun sync

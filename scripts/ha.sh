@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ha.sh: a PostgreSQL HA cluster on this machine (etcd and three Patroni
 # members, deploy/ha), for development and the failover tests; make ha-up,
-# ha-down, ha-status and chaos-ha call it. The work is cmd/hacluster's (go doc
-# ./cmd/hacluster): this builds it into bin/hacluster and runs it.
+# ha-down, ha-status and chaos-ha call it. The work is lab/cmd/hacluster's (go
+# doc ./lab/cmd/hacluster): this builds it into bin/hacluster and runs it.
 #
 #   ha.sh up|down|status|wait|url|primary|standby|pid MEMBER|ctl ARGS...
 #
@@ -11,7 +11,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# -C: build from the repository without leaving the caller's directory, where
+# -C: build from the lab module without leaving the caller's directory, where
 # `ha.sh ctl` arguments may name files.
-"${GO:-go}" -C "$repo" build -o bin/hacluster ./cmd/hacluster
+"${GO:-go}" -C "$repo/lab" build -o ../bin/hacluster ./cmd/hacluster
 exec "$repo/bin/hacluster" "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # lint-docker.sh: check docker-compose.yml with `docker compose config` and lint
-# the Dockerfile with tools/dockerlint (BuildKit's parser and build checks, plus
+# the Dockerfile with lab/cmd/dockerlint (BuildKit's parser and build checks, plus
 # this project's rules: pinned base images, a non-root USER, EXPOSE 8080, an
 # exec-form ENTRYPOINT, no ADD of URLs, nothing COPYed that .dockerignore drops).
 # Neither needs a Docker engine. `make lint-docker` runs it.
@@ -26,7 +26,9 @@ else
 	say "WARNING: install the plugin (bash scripts/install-compose.sh, or Docker Compose v2) to run it."
 fi
 
-# tools/dockerlint is a module of its own, so that the service's go.mod does not
-# carry BuildKit. Its tests are quick and run first. GOWORK=off: the
-# repository's go.work does not list it, and go refuses a module outside it.
-(cd tools/dockerlint && export GOWORK=off && "$GO" vet ./... && "$GO" test -count=1 ./... && "$GO" run . -expose 8080 -context ../.. ../../Dockerfile)
+# lab/cmd/dockerlint lives in the lab's module (lab/go.mod), so that the
+# service's go.mod does not carry BuildKit. Its tests are quick and run first
+# (make lint and make test cover it too, with the rest of the lab).
+"$GO" -C lab vet ./cmd/dockerlint
+"$GO" -C lab test -count=1 ./cmd/dockerlint
+"$GO" -C lab run ./cmd/dockerlint -expose 8080 -context .. ../Dockerfile

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Keeps each shell script short: at most 300 lines, so that logic with
-# branches and state lives in Go, where it is tested (issue 25). make lint
+# branches and state lives in Go, where it is tested. make lint
 # runs it. A script over the limit that waits to move into Go has a line in
 # the table below (none today) and may not grow; when one shrinks, lower or
 # drop its line.

@@ -19,7 +19,7 @@ clients=${PROFILE_CLIENTS:-16}
 out=${PROFILE_OUT:-bin/fresh.pprof}
 admin=${PAYMENTS_BENCH_DATABASE_URL:-${PAYMENTS_TEST_DATABASE_URL:-postgres://postgres@localhost:5432/postgres?sslmode=disable}}
 mkdir -p bin
-"$GO" build -o bin/paymentsbench ./cmd/paymentsbench
+"$GO" -C lab build -o ../bin/paymentsbench ./cmd/paymentsbench
 bin=${PAYMENTS_BIN:-bin/payments}
 [ -n "${PAYMENTS_BIN:-}" ] || "$GO" build -o bin/payments ./cmd/payments
 

@@ -26,6 +26,12 @@ status=${PIPESTATUS[0]}
 (cd client && $GO test -race -count=1 -v "$@" ./...) 2>&1 | tee -a "$log"
 clientmod=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && status=$clientmod
+# The lab (benchmarks, load generator, HA cluster runner, tools) is its own
+# module too (lab/go.mod); its tests print a "labtest: ..." line naming their
+# PostgreSQL.
+(cd lab && $GO test -race -count=1 -v "$@" ./...) 2>&1 | tee -a "$log"
+labmod=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] && status=$labmod
 $GO test -race -count=1 -v "$@" ./internal/chaos/ 2>&1 | tee -a "$log"
 chaos=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && status=$chaos
@@ -35,7 +41,7 @@ echo
 echo "==================================================================================="
 echo "make test summary ($((elapsed / 60))m$((elapsed % 60))s)"
 grep -E '^(ok|FAIL)[[:space:]]+[^[:space:]]' "$log" | sed 's/^/  /'
-grep -E '^pgtest: ' "$log" | sed -E 's/; database .*//' | sort | uniq -c | sed 's/^ */  /'
+grep -E '^(pg|lab)test: ' "$log" | sed -E 's/; database .*//' | sort | uniq -c | sed 's/^ */  /'
 # go test -v prints a test's log lines before its "--- SKIP" line: keep the
 # lines since the test's "=== RUN" and print them with the skip.
 skips=$(awk '

@@ -20,7 +20,7 @@ import (
 
 // cluster is a Patroni cluster of one primary, one synchronous standby and
 // one asynchronous replica, which Patroni makes synchronous when the standby
-// goes or is promoted, started by make ha-up (scripts/ha.sh, cmd/hacluster).
+// goes or is promoted, started by make ha-up (scripts/ha.sh, lab/cmd/hacluster).
 // The failover
 // scenarios run only against one: make chaos-ha names it in PAYMENTS_HA_URL
 // (the multi-host URL of its postgres database,
