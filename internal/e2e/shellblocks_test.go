@@ -124,7 +124,7 @@ func variablesSet(text string) []string {
 }
 
 // shellEnvironment is what the shell and a login give every session.
-var shellEnvironment = []string{"HOME", "PATH", "PWD", "USER", "SHELL", "TMPDIR", "RANDOM", "BASH_SOURCE"}
+var shellEnvironment = []string{"HOME", "PATH", "PWD", "OLDPWD", "USER", "SHELL", "TMPDIR", "RANDOM", "BASH_SOURCE"}
 
 // checkBlock checks a block that is not run: its syntax, that each variable
 // it expands is set (by set, or earlier in the block), that each make target

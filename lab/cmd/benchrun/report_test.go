@@ -134,7 +134,7 @@ func TestReportVariants(t *testing.T) {
 		"curve not drawn": {edit: func(b *bench) { b.gc.curveNote = "bin/benchplot failed: x" },
 			want: []string{"Measured but not drawn: bin/benchplot failed: x. The figures:\n\nFresh charges over"}},
 		"large table and CPU by part": {edit: withLargeAndCPU,
-			want: []string{"| large-full-2 |", "\n\nOver 1,000 accounts:\n\npg-reference median: 1 tps", "make bench-pair    # PAIR_ACCOUNTS=1: one account\n\n**Latest figures.**\n\nOver 1,000"}},
+			want: []string{"| large-full-2 |", "\n\nOver 1,000 accounts:\n\npg-reference median: 1 tps", "make bench-pair    # PAIR_ACCOUNTS=1: one account\n```\n\n**Latest figures.**\n\nOver 1,000"}},
 		"carried-over sections": {old: "old\n" + kept + "\n" + sync,
 			want: []string{"- [Measured by hand: does it hold?](#measured-by-hand-does-it-hold)\n", "(-1: not within 90 s).\n\n" + kept + "\n" + sync}},
 		"balances mismatched": {edit: func(b *bench) { b.lg.Failed = []string{"fresh"} },
