@@ -122,7 +122,7 @@ func (room *sessionRoom) serve(t *testing.T) {
 		_ = cmd.Wait()
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(room.base + "/readyz") //nolint:gosec,noctx // the test's own server
+		resp, err := http.Get(room.base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

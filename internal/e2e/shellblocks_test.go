@@ -42,7 +42,7 @@ func (b shellBlock) String() string { return fmt.Sprintf("%s:%d", b.doc, b.line)
 // in an indented code block, which would escape this test.
 func shellBlocks(t *testing.T, path, doc string) []shellBlock {
 	t.Helper()
-	f, err := os.Open(path) //nolint:gosec // the repository's own documents
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
