@@ -9,6 +9,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/exactlyonce/payments/client"
 )
@@ -40,6 +41,8 @@ func main() {
 		log.Printf("verified %s %s", event.Type, event.ID)
 		w.WriteHeader(http.StatusNoContent)
 	})
-	log.Printf("listening on %s", addr)
-	log.Fatal(http.ListenAndServe(addr, nil))
+	// Bounds on a slow or silent sender, so it cannot hold a connection.
+	srv := &http.Server{Addr: addr, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+	log.Print("listening")
+	log.Fatal(srv.ListenAndServe())
 }
