@@ -1,14 +1,16 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/exactlyonce/payments/client"
@@ -192,27 +194,50 @@ func ExampleClient_ListEvents() {
 	}
 }
 
-// A webhook receiver: read the body as sent, verify it before decoding it,
-// and deduplicate on the event id (a delivery may come more than once).
-func ExampleVerifyWebhook() {
+// A webhook receiver: read the body as sent, verify and parse it, and
+// deduplicate on the event's id, which the signature covers (a delivery may
+// come more than once). The Payments-Event-Id header is not signed: never
+// deduplicate on it.
+func ExampleParseWebhook() {
 	secret := os.Getenv("PAYMENTS_WEBHOOK_SECRET") // "whsec_...", shown once when the endpoint was created
+	var (
+		mu   sync.Mutex
+		seen = map[client.EventId]bool{} // in production: a unique key in your database, written with the effect
+	)
 	http.HandleFunc("POST /webhooks/payments", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
 		if err != nil {
 			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
-		if err := client.VerifyWebhook(body, r.Header.Get(client.WebhookSignatureHeader), secret, 0); err != nil {
-			http.Error(w, "bad signature", http.StatusBadRequest)
+		ev, err := client.ParseWebhook(body, r.Header.Get(client.WebhookSignatureHeader), secret, 0)
+		if err != nil {
+			http.Error(w, "bad delivery", http.StatusBadRequest)
 			return
 		}
-		var ev client.Event
-		if err := json.Unmarshal(body, &ev); err != nil {
-			http.Error(w, "bad event", http.StatusBadRequest)
-			return
+		mu.Lock()
+		again := seen[ev.Id]
+		seen[ev.Id] = true
+		mu.Unlock()
+		if !again {
+			log.Println("event", ev.Id, ev.Type)
 		}
-		log.Println("event", r.Header.Get(client.WebhookEventIDHeader), ev.Type)
-		w.WriteHeader(http.StatusNoContent) // any 2xx acknowledges it
+		w.WriteHeader(http.StatusNoContent) // any 2xx acknowledges it, a duplicate's too
 	})
 	log.Fatal(http.ListenAndServe(":8000", nil))
+}
+
+// A receiver's unit test: sign a payload of your own as the service would,
+// and hand it to your handler.
+func ExampleSignWebhook() {
+	const secret = "whsec_test_secret" // a secret of your test's own
+	body := []byte(`{"id":"evt_0190c0d5a1b27c3e8f4d6a5b4c3d2e1f","object":"event","type":"charge.succeeded",` +
+		`"created_at":"2026-11-30T12:02:00.654321Z","data":{"object":"charge"}}`)
+	req := httptest.NewRequest(http.MethodPost, "/webhooks/payments", bytes.NewReader(body))
+	req.Header.Set(client.WebhookSignatureHeader, client.SignWebhook(secret, time.Now(), body))
+
+	// What your handler does with it:
+	ev, err := client.ParseWebhook(body, req.Header.Get(client.WebhookSignatureHeader), secret, 0)
+	fmt.Println(ev.Id, ev.Type, err)
+	// Output: evt_0190c0d5a1b27c3e8f4d6a5b4c3d2e1f charge.succeeded <nil>
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,7 +13,9 @@ import (
 )
 
 // The headers of a webhook delivery: the signature that VerifyWebhook checks,
-// and the event's id, the same on every attempt (deduplicate on it).
+// and the event's id, the same on every attempt. The signature does not cover
+// WebhookEventIDHeader: read it for logs and routing, and deduplicate on the
+// id of the event ParseWebhook returns, which it does cover.
 const (
 	WebhookSignatureHeader = "Payments-Signature"
 	WebhookEventIDHeader   = "Payments-Event-Id"
@@ -31,7 +34,54 @@ var (
 	// ErrWebhookTimestamp: the signature is right, but its timestamp is
 	// further from now than the tolerance (a replay, or a clock far off).
 	ErrWebhookTimestamp = errors.New("payments: webhook timestamp outside the tolerance")
+	// ErrWebhookPayload: the signature is right, but the body is not an
+	// event (ParseWebhook only).
+	ErrWebhookPayload = errors.New("payments: webhook body is not an event")
 )
+
+// ParseWebhook verifies a delivery as VerifyWebhook does and decodes its body
+// into the Event it carries. The Event's Id, covered by the signature, is the
+// same on every delivery of the event: deduplicate on it. Never deduplicate on
+// the WebhookEventIDHeader, which the signature does not cover: a captured
+// delivery replayed within the tolerance with another value there verifies,
+// and would be handled twice.
+//
+// It returns the event, or an error wrapping ErrWebhookHeader,
+// ErrWebhookSignature or ErrWebhookTimestamp (as VerifyWebhook), or
+// ErrWebhookPayload when the signed body is not an event with an id and a
+// type.
+func ParseWebhook(body []byte, header string, secret string, tolerance time.Duration) (Event, error) {
+	if err := VerifyWebhook(body, header, secret, tolerance); err != nil {
+		return Event{}, err
+	}
+	var e Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return Event{}, fmt.Errorf("%w: %w", ErrWebhookPayload, err)
+	}
+	if e.Id == "" || e.Type == "" {
+		return Event{}, fmt.Errorf("%w: no id or no type", ErrWebhookPayload)
+	}
+	return e, nil
+}
+
+// SignWebhook returns the WebhookSignatureHeader value the service sends with
+// body at t, signed with secret (the endpoint's whole secret string, "whsec_"
+// included): "t=<unix seconds>,v1=<lowercase hex HMAC-SHA256 of
+// "<t>.<body>">". It is for a receiver's tests: sign a payload of your own
+// and feed it to your handler as a delivery would arrive.
+func SignWebhook(secret string, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(webhookMAC(secret, ts, body))
+}
+
+// webhookMAC is the HMAC-SHA256 under secret of "<ts>.<body>".
+func webhookMAC(secret, ts string, body []byte) []byte {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return mac.Sum(nil)
+}
 
 // VerifyWebhook checks that body is what the service signed with secret (the
 // endpoint's whole secret string, "whsec_" included) and that the
@@ -48,11 +98,7 @@ func VerifyWebhook(body []byte, header string, secret string, tolerance time.Dur
 	if err != nil {
 		return err
 	}
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(strconv.FormatInt(ts, 10)))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	want := mac.Sum(nil)
+	want := webhookMAC(secret, strconv.FormatInt(ts, 10), body)
 	matched := false
 	for _, sig := range sigs {
 		// Every signature is compared, so the time taken does not say which one matched.

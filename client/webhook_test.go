@@ -108,3 +108,85 @@ func TestVerifyWebhook(t *testing.T) {
 		})
 	}
 }
+
+// SignWebhook writes what the openssl vector above says the service sends.
+func TestSignWebhookKnownVector(t *testing.T) {
+	t.Parallel()
+	got := client.SignWebhook("whsec_test_secret", time.Unix(1_700_000_000, 0), []byte(`{"id":"evt_1","type":"charge.succeeded"}`))
+	if want := "t=1700000000,v1=c0475716eb2200f1fe97fcf35a3c05d1fd4f8ba9a07a596730c8d18bb87c0672"; got != want {
+		t.Errorf("SignWebhook = %q, want %q", got, want)
+	}
+}
+
+// deliveryBody is an event as the service delivers it.
+const deliveryBody = `{"id":"evt_0190c0d5a1b27c3e8f4d6a5b4c3d2e1f","object":"event","type":"charge.succeeded",` +
+	`"created_at":"2026-11-30T12:02:00.654321Z","data":{"id":"ch_0097748e0b70e31f14e42883ee36d0e5","object":"charge","amount":500}}`
+
+func TestParseWebhook(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw2J1YuZbJvbw"
+	now := time.Now()
+	e, err := client.ParseWebhook([]byte(deliveryBody), client.SignWebhook(secret, now, []byte(deliveryBody)), secret, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind, _ := e.Data.Discriminator()
+	ch, err := e.Data.AsCharge()
+	if e.Id != "evt_0190c0d5a1b27c3e8f4d6a5b4c3d2e1f" || e.Type != client.EventTypeChargeSucceeded || e.Object != "event" ||
+		kind != "charge" || err != nil || ch.Amount != 500 {
+		t.Errorf("parsed %+v (data %s, %+v, %v)", e, kind, ch, err)
+	}
+
+	for _, tc := range []struct {
+		name, body, header string
+		want               error
+	}{
+		{"tampered", deliveryBody + " ", client.SignWebhook(secret, now, []byte(deliveryBody)), client.ErrWebhookSignature},
+		{"old", deliveryBody, client.SignWebhook(secret, now.Add(-time.Hour), []byte(deliveryBody)), client.ErrWebhookTimestamp},
+		{"no header", deliveryBody, "", client.ErrWebhookHeader},
+		{"signed, not JSON", "charge.succeeded", client.SignWebhook(secret, now, []byte("charge.succeeded")), client.ErrWebhookPayload},
+		{"signed, not an object", "[]", client.SignWebhook(secret, now, []byte("[]")), client.ErrWebhookPayload},
+		{"signed, no id", `{"type":"charge.succeeded"}`, client.SignWebhook(secret, now, []byte(`{"type":"charge.succeeded"}`)), client.ErrWebhookPayload},
+		{"signed, no type", `{"id":"evt_1"}`, client.SignWebhook(secret, now, []byte(`{"id":"evt_1"}`)), client.ErrWebhookPayload},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := client.ParseWebhook([]byte(tc.body), tc.header, secret, 0)
+			if !errors.Is(err, tc.want) || e.Id != "" {
+				t.Errorf("ParseWebhook = %+v, %v; want a zero Event and %v", e, err, tc.want)
+			}
+		})
+	}
+}
+
+// A delivery captured on its way and sent again within the tolerance, with
+// another Payments-Event-Id: the signature still verifies (it does not cover
+// the header), so a receiver that deduplicates on the header handles it
+// twice; one that deduplicates on the event ParseWebhook returns handles it
+// once.
+func TestReplayWithAnotherEventIDHeader(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw2J1YuZbJvbw"
+	header := client.SignWebhook(secret, time.Now(), []byte(deliveryBody))
+	deliveries := []string{"evt_0190c0d5a1b27c3e8f4d6a5b4c3d2e1f", "evt_ffffffffffffffffffffffffffffffff"}
+
+	byHeader, byEvent := map[string]bool{}, map[string]bool{}
+	handledByHeader, handledByEvent := 0, 0
+	for _, eventIDHeader := range deliveries {
+		e, err := client.ParseWebhook([]byte(deliveryBody), header, secret, 0)
+		if err != nil {
+			t.Fatalf("the replay with %s = %s: %v, want it to verify", client.WebhookEventIDHeader, eventIDHeader, err)
+		}
+		if !byHeader[eventIDHeader] {
+			byHeader[eventIDHeader] = true
+			handledByHeader++
+		}
+		if !byEvent[e.Id] {
+			byEvent[e.Id] = true
+			handledByEvent++
+		}
+	}
+	if handledByHeader != 2 || handledByEvent != 1 {
+		t.Errorf("handled %d times deduplicating on the header, %d on the event id; want 2 and 1", handledByHeader, handledByEvent)
+	}
+}

@@ -133,7 +133,9 @@ const (
 // block under its marker in docs/webhooks.md is, byte for byte, the program
 // client/examples/webhookreceiver that the development session builds, and
 // it is a program that go vet passes and go build builds in a scratch module
-// that requires only the client module.
+// that requires only the client module. Run, it handles a delivery signed as
+// the service signs it once, though the same delivery is replayed with
+// another Payments-Event-Id (testReceiverDeduplicates).
 func TestWebhookReceiverBuilds(t *testing.T) {
 	program := markedBlock(t, filepath.Join(repoRoot(t), "docs", "webhooks.md"), receiverMarker)
 	file, err := os.ReadFile(filepath.Join(repoRoot(t), "client", "examples", "webhookreceiver", "main.go"))
@@ -147,6 +149,7 @@ func TestWebhookReceiverBuilds(t *testing.T) {
 	goCmd(t, dir, "mod", "tidy")
 	goCmd(t, dir, "vet", ".")
 	goCmd(t, dir, "build", "-o", "receiver", ".")
+	testReceiverDeduplicates(t, filepath.Join(dir, "receiver"))
 }
 
 // markedBlock is the go code block that follows the line marker in the
