@@ -196,6 +196,15 @@ type Ledger interface {
 	// MaxWebhookEndpoints.
 	CreateWebhookEndpoint(ctx context.Context, merchantID uuid.UUID, url string, events []string, secret string) (WebhookEndpoint, error)
 
+	// UpdateWebhookEndpoint changes the merchant's live endpoint as u says
+	// (u's URL and events already checked, as for CreateWebhookEndpoint) and
+	// returns it, without its secret. Disabling it cancels its pending
+	// deliveries; enabling a disabled one resumes its deliveries with the
+	// events committed from then on, and says where (Resumed). It returns
+	// ErrNotFound for an endpoint the merchant does not have (deleted
+	// included).
+	UpdateWebhookEndpoint(ctx context.Context, merchantID, endpointID uuid.UUID, u WebhookEndpointUpdate) (WebhookEndpoint, error)
+
 	// ResendWebhookEvent schedules the merchant's event for delivery to the
 	// endpoint again, due now: a new pending delivery, or the existing one
 	// made pending and due now. It returns ErrNotFound for an endpoint the

@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"time"
@@ -36,7 +37,8 @@ var EventTypes = []string{
 }
 
 // The states of a webhook endpoint: it receives deliveries while enabled;
-// it is disabled after its deliveries failed for the whole retry period.
+// it is disabled after its deliveries failed for the whole retry period, or
+// by its merchant (WebhookEndpointUpdate), who may enable it again.
 const (
 	WebhookEnabled  = "enabled"
 	WebhookDisabled = "disabled"
@@ -57,6 +59,27 @@ type WebhookEndpoint struct {
 	// created the endpoint; every other rendering leaves it out.
 	Secret    string
 	CreatedAt time.Time
+	// Resumed is set only in the answer of the update that enabled the
+	// endpoint again: where its deliveries resume.
+	Resumed *Resumption
+}
+
+// Resumption is where a re-enabled endpoint's deliveries resume: with the
+// events committed after it was enabled, which are exactly those that follow
+// After in the event feed (/v1/events); After and the events before it are
+// not sent, unless resent one by one. After is uuid.Nil when no event of the
+// merchant comes before them.
+type Resumption struct {
+	After uuid.UUID
+}
+
+// WebhookEndpointUpdate is a change to an endpoint; a nil field is left as
+// it is. URL and Events are checked by the caller (ValidateWebhookEvents,
+// and its URL guard) as for a new endpoint.
+type WebhookEndpointUpdate struct {
+	URL     *string
+	Events  []string
+	Enabled *bool
 }
 
 // Subscribes reports whether the endpoint receives events of eventType.
@@ -93,24 +116,37 @@ func (e WebhookEndpoint) MarshalJSON() ([]byte, error) {
 	if e.Secret != "" {
 		secret = &e.Secret
 	}
+	// resumes_after: only when Resumed is set, and then null when no event
+	// comes before the resumption.
+	var resumesAfter *json.RawMessage
+	if e.Resumed != nil {
+		after := json.RawMessage("null")
+		if e.Resumed.After != uuid.Nil {
+			after = json.RawMessage(`"` + FormatID(PrefixEvent, e.Resumed.After) + `"`)
+		}
+		resumesAfter = &after
+	}
 	return marshal(struct {
-		ID        string    `json:"id"`
-		Object    string    `json:"object"`
-		URL       string    `json:"url"`
-		Events    []string  `json:"events"`
-		Status    string    `json:"status"`
-		Secret    *string   `json:"secret,omitempty"`
-		CreatedAt timestamp `json:"created_at"`
-	}{FormatID(PrefixWebhookEndpoint, e.ID), "webhook_endpoint", e.URL, e.Events, e.Status, secret, timestamp(e.CreatedAt)})
+		ID           string           `json:"id"`
+		Object       string           `json:"object"`
+		URL          string           `json:"url"`
+		Events       []string         `json:"events"`
+		Status       string           `json:"status"`
+		Secret       *string          `json:"secret,omitempty"`
+		CreatedAt    timestamp        `json:"created_at"`
+		ResumesAfter *json.RawMessage `json:"resumes_after,omitempty"`
+	}{FormatID(PrefixWebhookEndpoint, e.ID), "webhook_endpoint", e.URL, e.Events, e.Status, secret, timestamp(e.CreatedAt), resumesAfter})
 }
 
 // The states of a webhook delivery: pending until an attempt is answered
-// with a 2xx (delivered), or until its attempts have failed for the whole
-// retry period (abandoned, and the endpoint disabled).
+// with a 2xx (delivered), until its attempts have failed for the whole
+// retry period (abandoned, and the endpoint disabled), or until its endpoint
+// is deleted or disabled by its merchant (canceled).
 const (
 	DeliveryPending   = "pending"
 	DeliveryDelivered = "delivered"
 	DeliveryAbandoned = "abandoned"
+	DeliveryCanceled  = "canceled"
 )
 
 // FanOut is what one fan-out of events to webhook endpoints did.

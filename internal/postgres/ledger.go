@@ -175,6 +175,12 @@ func (l *ledger) CreateWebhookEndpoint(ctx context.Context, merchantID uuid.UUID
 	return createEndpoint(ctx, l.q, merchantID, url, events, secret)
 }
 
+// UpdateWebhookEndpoint changes the endpoint on the key's transaction
+// (webhooks.go, updateEndpoint).
+func (l *ledger) UpdateWebhookEndpoint(ctx context.Context, merchantID, endpointID uuid.UUID, u payment.WebhookEndpointUpdate) (payment.WebhookEndpoint, error) {
+	return updateEndpoint(ctx, l.q, merchantID, endpointID, u)
+}
+
 // ResendWebhookEvent schedules the event to the endpoint again on the key's
 // transaction (webhooks.go, resendEvent).
 func (l *ledger) ResendWebhookEvent(ctx context.Context, merchantID, endpointID, eventID uuid.UUID) (payment.ScheduledDelivery, error) {

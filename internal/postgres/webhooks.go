@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/exactlyonce/payments/internal/payment"
 )
@@ -44,6 +46,21 @@ WHERE merchant_id = $1 AND id = $2 AND deleted_at IS NULL`
 
 	deleteEndpointSQL = `UPDATE webhook_endpoints SET deleted_at = now()
 WHERE merchant_id = $1 AND id = $2 AND deleted_at IS NULL`
+
+	// waitForFanOutSQL takes the fan-out's lock (deliveries.go) until the
+	// transaction ends, before an endpoint stops receiving: a fan-out that
+	// read the endpoint live has committed its deliveries by then, so
+	// cancelDeliveriesSQL ends them too, and the next one reads the endpoint
+	// deleted or disabled. Without it, a fan-out running across the change
+	// would leave pending deliveries behind it.
+	waitForFanOutSQL = `SELECT pg_advisory_xact_lock($1)`
+
+	// cancelDeliveriesSQL ends an endpoint's pending deliveries, leased or
+	// not: a worker that holds one records its attempt, and settles nothing
+	// (deliveries.go, RecordAttempt). Claims take pending deliveries only;
+	// pruning treats canceled ones as settled.
+	cancelDeliveriesSQL = `UPDATE webhook_deliveries SET state = 'canceled', lease_until = NULL, claim = NULL
+WHERE merchant_id = $1 AND endpoint_id = $2 AND state = 'pending'`
 )
 
 // CreateWebhookEndpoint records a new endpoint of the merchant in a
@@ -131,19 +148,22 @@ func endpoint(ctx context.Context, q querier, merchantID, id uuid.UUID) (payment
 	return e, nil
 }
 
-// DeleteWebhookEndpoint marks the merchant's live endpoint id deleted. It
-// returns payment.ErrNotFound when the merchant has no such live endpoint,
-// once the standby has that too.
+// DeleteWebhookEndpoint marks the merchant's live endpoint id deleted and
+// cancels its pending deliveries, in one transaction. It returns
+// payment.ErrNotFound when the merchant has no such live endpoint, once the
+// standby has that too.
 func (s *Webhooks) DeleteWebhookEndpoint(ctx context.Context, merchantID, id uuid.UUID) error {
 	deleted := false
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, deleteEndpointSQL, merchantID, id)
-		if err != nil {
-			return fmt.Errorf("delete webhook endpoint: %w", err)
-		}
-		deleted = tag.RowsAffected() == 1
-		return nil
-	})
+	run := func(tx pgx.Tx) (err error) {
+		deleted, err = deleteEndpoint(ctx, tx, merchantID, id)
+		return err
+	}
+	err := s.inTx(ctx, run)
+	// Run again after a deadlock: with an attempt that abandons one of the
+	// endpoint's deliveries and so disables it, which locks the other way.
+	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
+		err = s.inTx(ctx, run)
+	}
 	if err != nil {
 		return asUnavailable(err)
 	}
@@ -155,6 +175,119 @@ func (s *Webhooks) DeleteWebhookEndpoint(ctx context.Context, merchantID, id uui
 		return payment.ErrNotFound
 	}
 	return nil
+}
+
+// deleteEndpoint marks the endpoint deleted and cancels its pending
+// deliveries on tx; it reports whether there was such a live endpoint.
+func deleteEndpoint(ctx context.Context, tx pgx.Tx, merchantID, id uuid.UUID) (bool, error) {
+	if _, err := tx.Exec(ctx, waitForFanOutSQL, int64(fanOutLockKey)); err != nil {
+		return false, fmt.Errorf("wait for the fan-out: %w", err)
+	}
+	tag, err := tx.Exec(ctx, deleteEndpointSQL, merchantID, id)
+	if err != nil {
+		return false, fmt.Errorf("delete webhook endpoint: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, cancelDeliveriesSQL, merchantID, id); err != nil {
+		return false, fmt.Errorf("cancel the deleted endpoint's deliveries: %w", err)
+	}
+	return true, nil
+}
+
+const (
+	// lockEndpointSQL reads the merchant's live endpoint an update is for,
+	// locked until the update commits.
+	lockEndpointSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints
+WHERE merchant_id = $1 AND id = $2 AND deleted_at IS NULL
+FOR NO KEY UPDATE`
+
+	// updateEndpointSQL writes an endpoint's url, events and status, and,
+	// when $6 is not null, moves its cursor to ($6, 0): the event horizon
+	// read by the statement before (horizon.go), as a new endpoint's starts.
+	updateEndpointSQL = `UPDATE webhook_endpoints SET url = $3, events = $4, status = $5,
+    cursor_tx = coalesce($6::xid8, cursor_tx),
+    cursor_seq = CASE WHEN $6::xid8 IS NULL THEN cursor_seq ELSE 0 END
+WHERE merchant_id = $1 AND id = $2`
+
+	// lastEventBelowSQL reads the merchant's last event, in the feed's order,
+	// of a transaction below the horizon $2 (read by a statement before it,
+	// so every such transaction has ended and this one sees it): the last
+	// event that a cursor at ($2, 0) has passed (events_feed, backwards).
+	lastEventBelowSQL = `SELECT id FROM events WHERE merchant_id = $1 AND tx_id < $2::xid8
+ORDER BY tx_id DESC, seq DESC LIMIT 1`
+)
+
+// updateEndpoint changes the merchant's live endpoint on q, a transaction,
+// as payment.Ledger.UpdateWebhookEndpoint says. An update that changes
+// nothing writes nothing. Enabling a disabled endpoint moves its cursor to
+// the event horizon, as at its creation, and reads the last event it passes
+// over (Resumed); disabling one cancels its pending deliveries.
+func updateEndpoint(ctx context.Context, q querier, merchantID, id uuid.UUID, u payment.WebhookEndpointUpdate) (payment.WebhookEndpoint, error) {
+	if u.Enabled != nil && !*u.Enabled {
+		// Before the endpoint's lock, in the fan-out's order (deleteEndpoint).
+		if _, err := q.Exec(ctx, waitForFanOutSQL, int64(fanOutLockKey)); err != nil {
+			return payment.WebhookEndpoint{}, fmt.Errorf("wait for the fan-out: %w", err)
+		}
+	}
+	rows, _ := q.Query(ctx, lockEndpointSQL, merchantID, id)
+	was, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return payment.WebhookEndpoint{}, fmt.Errorf("%w: your merchant has no webhook endpoint %q", payment.ErrNotFound,
+			payment.FormatID(payment.PrefixWebhookEndpoint, id))
+	}
+	if err != nil {
+		return payment.WebhookEndpoint{}, fmt.Errorf("lock webhook endpoint: %w", err)
+	}
+	e := was
+	if u.URL != nil {
+		e.URL = *u.URL
+	}
+	if u.Events != nil {
+		e.Events = u.Events
+	}
+	switch {
+	case u.Enabled == nil:
+	case *u.Enabled:
+		e.Status = payment.WebhookEnabled
+	default:
+		e.Status = payment.WebhookDisabled
+	}
+	if e.URL == was.URL && slices.Equal(e.Events, was.Events) && e.Status == was.Status {
+		return e, nil
+	}
+	var horizon pgtype.Uint64 // not valid: the cursor stays where it is
+	if was.Status == payment.WebhookDisabled && e.Status == payment.WebhookEnabled {
+		if e.Resumed, horizon, err = resumption(ctx, q, merchantID); err != nil {
+			return payment.WebhookEndpoint{}, err
+		}
+	}
+	if _, err := q.Exec(ctx, updateEndpointSQL, merchantID, id, e.URL, e.Events, e.Status, horizon); err != nil {
+		return payment.WebhookEndpoint{}, fmt.Errorf("update webhook endpoint: %w", err)
+	}
+	if was.Status == payment.WebhookEnabled && e.Status == payment.WebhookDisabled {
+		if _, err := q.Exec(ctx, cancelDeliveriesSQL, merchantID, id); err != nil {
+			return payment.WebhookEndpoint{}, fmt.Errorf("cancel the disabled endpoint's deliveries: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// resumption reads the event horizon, where a re-enabled endpoint's cursor
+// is to start, and then the merchant's last event below it: the endpoint
+// receives exactly the events after that one in the feed.
+func resumption(ctx context.Context, q querier, merchantID uuid.UUID) (*payment.Resumption, pgtype.Uint64, error) {
+	h, err := eventHorizon(ctx, q)
+	if err != nil {
+		return nil, pgtype.Uint64{}, err
+	}
+	r := &payment.Resumption{}
+	err = q.QueryRow(ctx, lastEventBelowSQL, merchantID, h.xid).Scan(&r.After)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, pgtype.Uint64{}, fmt.Errorf("read the last event before the resumption: %w", err)
+	}
+	return r, h.xid, nil
 }
 
 func scanEndpoint(row pgx.CollectableRow) (payment.WebhookEndpoint, error) {
