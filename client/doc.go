@@ -20,8 +20,8 @@
 // CreateCharge, GetCharge, ListCharges (and Charges, which pages for you),
 // Capture, Void, CreateRefund, GetRefund, ListEvents, and for webhook
 // endpoints CreateWebhookEndpoint, ListWebhookEndpoints, GetWebhookEndpoint,
-// DeleteWebhookEndpoint, ListWebhookAttempts (and WebhookAttempts, which
-// pages for you) and ResendWebhookEvent. The request and
+// UpdateWebhookEndpoint, DeleteWebhookEndpoint, ListWebhookAttempts (and
+// WebhookAttempts, which pages for you) and ResendWebhookEvent. The request and
 // response types (NewCharge, Charge, ...) are generated from the service's
 // openapi.yaml, so their fields are the API's.
 //

@@ -31,9 +31,24 @@ func (c *Client) GetWebhookEndpoint(ctx context.Context, id WebhookEndpointId) (
 	return get[WebhookEndpoint](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(id), nil)
 }
 
+// UpdateWebhookEndpoint changes an endpoint (POST
+// /v1/webhook_endpoints/{id}): the fields of in that are set, the others
+// left as they are; a zero in changes nothing. Enabled false disables it and
+// cancels its pending deliveries; Enabled true enables a disabled one, which
+// resumes with the events committed from then on: the answer's ResumesAfter
+// is the last event it does not receive (nil when none comes before, or
+// when the update did not enable it). Refusals are a *Problem:
+// CodeInvalidRequest with Field "url" or "events" as for
+// CreateWebhookEndpoint, CodeNotFound for an unknown or deleted endpoint; a
+// *RetryError says it gave up retrying.
+func (c *Client) UpdateWebhookEndpoint(ctx context.Context, id WebhookEndpointId, in UpdateWebhookEndpoint, opts ...CallOption) (*Result[WebhookEndpoint], error) {
+	return post[WebhookEndpoint](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(id), in, opts)
+}
+
 // DeleteWebhookEndpoint deletes an endpoint (DELETE
-// /v1/webhook_endpoints/{id}). It sends no Idempotency-Key: deleting twice
-// deletes once, and an unknown or already deleted endpoint is a *Problem
+// /v1/webhook_endpoints/{id}) and cancels its pending deliveries. It sends
+// no Idempotency-Key: deleting twice deletes once, and an unknown or
+// already deleted endpoint is a *Problem
 // with Code CodeNotFound. After a lost answer it retries like a read, so a
 // CodeNotFound with Result.Attempts above 1 most likely means an earlier
 // attempt deleted it.

@@ -879,6 +879,27 @@ type ResendWebhookEvent = struct{}
 // Examples: 2026-11-30T12:00:00.123456Z
 type Timestamp = time.Time
 
+// UpdateWebhookEndpoint What to change; members left out stay as they are, and `{}`
+// changes nothing. Unknown fields are `400 invalid-request`.
+type UpdateWebhookEndpoint struct {
+	// Enabled `false` disables the endpoint and cancels its pending
+	// deliveries; `true` enables a disabled one, which then resumes
+	// with the events committed from then on (`resumes_after`).
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Events The event types the endpoint receives: `["*"]` alone for every type,
+	// present and future, or one or more distinct types of `Event.type`.
+	Events *WebhookEventTypes `json:"events,omitempty"`
+
+	// Url Where the events are to be sent from now on: an absolute `https`
+	// URL on a public address, at most 2048 bytes, checked as at
+	// creation.
+	//
+	//
+	// Examples: https://merchant.example/hooks/v2
+	Url *string `json:"url,omitempty"`
+}
+
 // VoidCharge A void has no fields; the body, if any, is `{}`. Unknown fields are `400 invalid-request`.
 type VoidCharge = struct{}
 
@@ -978,13 +999,24 @@ type WebhookEndpoint struct {
 	Id     WebhookEndpointId     `json:"id"`
 	Object WebhookEndpointObject `json:"object"`
 
+	// ResumesAfter Only in the answer of the update that enabled a disabled
+	// endpoint (and its replays): the last event, in the order of
+	// `GET /v1/events`, that the endpoint does not receive. It
+	// receives exactly the events after this one (of the types it
+	// subscribes to); this one and those before it, the events of the
+	// time it was disabled among them, are not sent unless resent.
+	// Null when no event of your merchant comes before.
+	ResumesAfter *EventId `json:"resumes_after,omitempty"`
+
 	// Secret Signs the deliveries: `whsec_` and 43 base64url characters, used
 	// whole as the HMAC key. Only in the answer that created the
 	// endpoint (and its replays); lists and reads leave it out.
 	Secret *string `json:"secret,omitempty"`
 
 	// Status `enabled` while it receives deliveries; `disabled` once its
-	// deliveries have failed for the whole retry period.
+	// deliveries have failed for the whole retry period, or once you
+	// disabled it (*Update a webhook endpoint*, which also enables it
+	// again).
 	Status WebhookEndpointStatus `json:"status"`
 
 	// Url Where the events are sent.
@@ -995,7 +1027,9 @@ type WebhookEndpoint struct {
 type WebhookEndpointObject string
 
 // WebhookEndpointStatus `enabled` while it receives deliveries; `disabled` once its
-// deliveries have failed for the whole retry period.
+// deliveries have failed for the whole retry period, or once you
+// disabled it (*Update a webhook endpoint*, which also enables it
+// again).
 type WebhookEndpointStatus string
 
 // WebhookEndpointId A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
@@ -1428,6 +1462,40 @@ type GetWebhookEndpointParams struct {
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
+// UpdateWebhookEndpointParams defines parameters for UpdateWebhookEndpoint.
+type UpdateWebhookEndpointParams struct {
+	// IdempotencyKey Names this operation so that retries execute it at most once: a key of 1
+	// to 255 visible ASCII characters (0x21 to 0x7E), sent once, scoped to your
+	// merchant. Use a new random UUID, such as
+	// `b81caa43-b4de-4745-8c9b-54b8a04ec61e`, for each new operation, and the
+	// same key on every retry of it. Kept at least `IDEMPOTENCY_TTL` (24 hours
+	// by default) from when its response is stored. See *Idempotency* in the
+	// introduction.
+	//
+	// The key is sent in one of two forms, which name the same key:
+	//
+	// - **bare**, the key itself: `Idempotency-Key: abc`;
+	// - **quoted**, a Structured Field string (RFC 8941, section 3.3.3), as the
+	//   IETF draft on the `Idempotency-Key` header defines it:
+	//   `Idempotency-Key: "abc"`. Inside the quotes, `\"` stands for `"` and
+	//   `\\` for `\`; a backslash before anything else, a missing closing
+	//   quote, a character outside 0x20 to 0x7E, anything but spaces after
+	//   the closing quote (parameters included) and the empty string `""` are
+	//   `400 idempotency-key-invalid`. The key it holds must then be a key
+	//   like any other: `"a b"` is refused, as `a b` is.
+	//
+	// A value that starts with `"` is always read as a quoted string. In a
+	// value that does not, `"` and `\` are characters of the key like any
+	// other: `k"1\2` and `"k\"1\\2"` name the same key, and a key that
+	// starts with `"` can only be sent quoted.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
 // ListWebhookAttemptsParams defines parameters for ListWebhookAttempts.
 type ListWebhookAttemptsParams struct {
 	// Limit How many objects a page holds at most, 1 to 100. Out of range is `400 invalid-request`.
@@ -1498,6 +1566,9 @@ type VoidChargeJSONRequestBody = VoidCharge
 
 // CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
 type CreateWebhookEndpointJSONRequestBody = NewWebhookEndpoint
+
+// UpdateWebhookEndpointJSONRequestBody defines body for UpdateWebhookEndpoint for application/json ContentType.
+type UpdateWebhookEndpointJSONRequestBody = UpdateWebhookEndpoint
 
 // ResendWebhookEventJSONRequestBody defines body for ResendWebhookEvent for application/json ContentType.
 type ResendWebhookEventJSONRequestBody = ResendWebhookEvent

@@ -1,6 +1,7 @@
 package clienttest_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -136,5 +137,71 @@ WHERE w.merchant_id = $1 AND ev.merchant_id = $1 AND ev.type = 'account.created'
 	var prob *client.Problem
 	if _, err := c.ResendWebhookEvent(ctx, e.Data.Id, "evt_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b"); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
 		t.Errorf("resend of an unknown event: %v, want a not-found problem", err)
+	}
+}
+
+// UpdateWebhookEndpoint against the real service: a disabling whose answer
+// is lost completes on the retry, which replays the answer byte for byte;
+// enabling again says the last event the endpoint does not receive; a
+// refused URL is a *Problem on url, not retried, and changes nothing.
+func TestUpdateWebhookEndpoint(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	c := f.client(f.url)
+	e, err := c.CreateWebhookEndpoint(ctx, client.NewWebhookEndpoint{Url: "https://93.184.215.14/hooks", Events: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := e.Data.Id
+	status := func() string {
+		t.Helper()
+		var s string
+		if err := f.db.QueryRow(ctx, `SELECT status || ' ' || url FROM webhook_endpoints WHERE merchant_id = $1`, f.merchantID).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	lost := &loseFirst{next: http.DefaultTransport}
+	disabled, err := f.client(f.url, client.WithHTTPClient(&http.Client{Transport: lost}), client.WithRetryPolicy(fast)).
+		UpdateWebhookEndpoint(ctx, id, client.UpdateWebhookEndpoint{Enabled: &[]bool{false}[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := lost.all(); !disabled.Replayed || len(a) != 2 || a[0].key != a[1].key || a[0].status != http.StatusOK || !bytes.Equal(a[0].answer, a[1].answer) {
+		t.Errorf("Replayed %v after %d attempts; want the lost answer replayed byte for byte on the 2nd", disabled.Replayed, len(a))
+	}
+	if d := disabled.Data; d.Status != client.WebhookEndpointStatusDisabled || d.Secret != nil || d.ResumesAfter != nil {
+		t.Errorf("disabled %+v", d)
+	}
+	if got := status(); got != "disabled https://93.184.215.14/hooks" {
+		t.Errorf("row %q after disabling", got)
+	}
+
+	f.fundedAccount(0)
+	f.waitForEvents(c, map[client.EventType]int{client.EventTypeAccountCreated: 1})
+	events, err := c.ListEvents(ctx, client.ListEventsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := events.Data.Data[len(events.Data.Data)-1].Id
+	enabled, err := c.UpdateWebhookEndpoint(ctx, id, client.UpdateWebhookEndpoint{Enabled: &[]bool{true}[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := enabled.Data; d.Status != client.WebhookEndpointStatusEnabled || d.ResumesAfter == nil || *d.ResumesAfter != last {
+		t.Errorf("enabled %+v, want it to resume after %s", d, last)
+	}
+
+	var prob *client.Problem
+	res, err := f.client(f.url, client.WithRetryPolicy(fast)).UpdateWebhookEndpoint(ctx, id, client.UpdateWebhookEndpoint{Url: &[]string{"https://localhost/hooks"}[0]})
+	if !errors.As(err, &prob) || prob.Code != client.CodeInvalidRequest || prob.Field != "url" || res.Attempts != 1 {
+		t.Errorf("%v (attempts %d), want one invalid-request on url", err, res.Attempts)
+	}
+	if got := status(); got != "enabled https://93.184.215.14/hooks" {
+		t.Errorf("row %q after the refused URL", got)
+	}
+	if _, err := c.UpdateWebhookEndpoint(ctx, "we_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b", client.UpdateWebhookEndpoint{}); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
+		t.Errorf("update of an unknown endpoint: %v, want a not-found problem", err)
 	}
 }

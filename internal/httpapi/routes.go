@@ -43,6 +43,7 @@ var v1Routes = []route{
 	{http.MethodPost, "/webhook_endpoints", nil, (*Server).createWebhookEndpoint},
 	{http.MethodGet, "/webhook_endpoints", nil, (*Server).listWebhookEndpoints},
 	{http.MethodGet, "/webhook_endpoints/{id}", nil, (*Server).getWebhookEndpoint},
+	{http.MethodPost, "/webhook_endpoints/{id}", nil, (*Server).updateWebhookEndpoint},
 	{http.MethodDelete, "/webhook_endpoints/{id}", nil, (*Server).deleteWebhookEndpoint},
 	{http.MethodGet, "/webhook_endpoints/{id}/attempts", listParams, (*Server).listWebhookAttempts},
 	{http.MethodPost, "/webhook_endpoints/{id}/events/{eventID}/resend", nil, (*Server).resendWebhookEvent},

@@ -48,20 +48,27 @@ func (s *Server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkWebhookEndpoint validates a new endpoint: its events, and its URL
-// against server-side request forgery (webhook.CheckURL, which resolves the
-// host), unless Options.AllowPrivateNetworks. A refusal is a
-// *payment.ValidationError naming the field and the reason.
+// (checkWebhookURL). A refusal is a *payment.ValidationError naming the
+// field and the reason.
 func (s *Server) checkWebhookEndpoint(ctx context.Context, in webhookEndpointRequest) error {
 	if err := payment.ValidateWebhookEvents(in.Events); err != nil {
 		return err
 	}
+	return s.checkWebhookURL(ctx, in.URL)
+}
+
+// checkWebhookURL validates an endpoint's URL: its length, and its address
+// against server-side request forgery (webhook.CheckURL, which resolves the
+// host), unless Options.AllowPrivateNetworks. A refusal is a
+// *payment.ValidationError on url naming the reason.
+func (s *Server) checkWebhookURL(ctx context.Context, url string) error {
 	switch {
-	case in.URL == "":
+	case url == "":
 		return payment.Invalid("url", "is required: the https URL that receives the events")
-	case len(in.URL) > maxWebhookURL:
-		return payment.Invalid("url", "is %d bytes long; at most %d", len(in.URL), maxWebhookURL)
+	case len(url) > maxWebhookURL:
+		return payment.Invalid("url", "is %d bytes long; at most %d", len(url), maxWebhookURL)
 	}
-	err := webhook.CheckURL(ctx, in.URL, nil, s.opts.AllowPrivateNetworks)
+	err := webhook.CheckURL(ctx, url, nil, s.opts.AllowPrivateNetworks)
 	if errors.Is(err, webhook.ErrForbidden) || errors.Is(err, webhook.ErrUnresolved) {
 		// The guard's text names the reason and nothing of this network.
 		return payment.Invalid("url", "%s", err.Error())
@@ -79,6 +86,54 @@ func (s *Server) getWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 	id := pathID(r, "id", payment.PrefixWebhookEndpoint)
 	e, err := s.backend.WebhookEndpoint(r.Context(), merchantFrom(r.Context()), id)
 	s.answer(w, r, nameMissing(err, "webhook endpoint", chi.URLParam(r, "id")), e)
+}
+
+// webhookEndpointUpdate is the body of an update: the members given (null
+// reads as absent) are changed, the others left as they are.
+type webhookEndpointUpdate struct {
+	URL     *string  `json:"url"`
+	Events  []string `json:"events"`
+	Enabled *bool    `json:"enabled"`
+}
+
+// updateWebhookEndpoint changes an endpoint (POST
+// /v1/webhook_endpoints/{id}): 200 with the endpoint, without its secret,
+// stored and replayed under the key like every POST's answer. A URL or
+// events given are checked as at creation, before the key is claimed, so a
+// refused URL stores nothing. No body, or {}, changes nothing.
+func (s *Server) updateWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
+	var in webhookEndpointUpdate
+	req, ok := s.readOptionalPost(w, r, &in)
+	if !ok {
+		return
+	}
+	if err := s.checkWebhookEndpointUpdate(r.Context(), in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id := pathID(r, "id", payment.PrefixWebhookEndpoint)
+	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
+		e, err := l.UpdateWebhookEndpoint(ctx, req.MerchantID, id,
+			payment.WebhookEndpointUpdate{URL: in.URL, Events: in.Events, Enabled: in.Enabled})
+		if err != nil {
+			return response{}, nameMissing(err, "webhook endpoint", chi.URLParam(r, "id"))
+		}
+		return jsonResponse(http.StatusOK, "", e)
+	})
+}
+
+// checkWebhookEndpointUpdate validates what an update gives, as
+// checkWebhookEndpoint validates a new endpoint.
+func (s *Server) checkWebhookEndpointUpdate(ctx context.Context, in webhookEndpointUpdate) error {
+	if in.Events != nil {
+		if err := payment.ValidateWebhookEvents(in.Events); err != nil {
+			return err
+		}
+	}
+	if in.URL != nil {
+		return s.checkWebhookURL(ctx, *in.URL)
+	}
+	return nil
 }
 
 // deletedObject is the answer to a DELETE: what was deleted.

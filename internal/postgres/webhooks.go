@@ -234,8 +234,7 @@ func updateEndpoint(ctx context.Context, q querier, merchantID, id uuid.UUID, u 
 	rows, _ := q.Query(ctx, lockEndpointSQL, merchantID, id)
 	was, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return payment.WebhookEndpoint{}, fmt.Errorf("%w: your merchant has no webhook endpoint %q", payment.ErrNotFound,
-			payment.FormatID(payment.PrefixWebhookEndpoint, id))
+		return payment.WebhookEndpoint{}, payment.ErrNotFound
 	}
 	if err != nil {
 		return payment.WebhookEndpoint{}, fmt.Errorf("lock webhook endpoint: %w", err)
