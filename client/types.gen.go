@@ -1546,6 +1546,18 @@ type ResendWebhookEventParams struct {
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
+// ReceiveEventParams defines parameters for ReceiveEvent.
+type ReceiveEventParams struct {
+	// PaymentsSignature `t=<unix seconds>,v1=<lowercase hex HMAC-SHA256 of "<t>.<body>">`,
+	// keyed with the endpoint's whole secret. Verify it, and its
+	// timestamp, before trusting the body (in Go: `ParseWebhook`).
+	PaymentsSignature string `json:"Payments-Signature"`
+
+	// PaymentsEventId The body's `id`, for logs and routing. Not covered by the
+	// signature: deduplicate on the verified body's `id` instead.
+	PaymentsEventId EventId `json:"Payments-Event-Id"`
+}
+
 // CreateAccountJSONRequestBody defines body for CreateAccount for application/json ContentType.
 type CreateAccountJSONRequestBody = NewAccount
 
@@ -1572,3 +1584,6 @@ type UpdateWebhookEndpointJSONRequestBody = UpdateWebhookEndpoint
 
 // ResendWebhookEventJSONRequestBody defines body for ResendWebhookEvent for application/json ContentType.
 type ResendWebhookEventJSONRequestBody = ResendWebhookEvent
+
+// ReceiveEventJSONRequestBody defines body for ReceiveEvent for application/json ContentType.
+type ReceiveEventJSONRequestBody = Event

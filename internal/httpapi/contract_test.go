@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/exactlyonce/payments"
 	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/webhook"
 )
 
 // The contract test: every exchange of this package's integration tests goes
@@ -138,6 +140,82 @@ func (c *contract) check(req *http.Request, resp *http.Response, body []byte) er
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkDelivery reports as test errors every way a webhook delivery, as a
+// receiver got it, breaks what openapi.yaml says under webhooks.event: its
+// headers and its body. It calls t.Errorf, never t.Fatal, so it may run in
+// a receiver's goroutine.
+func checkDelivery(t *testing.T, req *http.Request, body []byte) {
+	t.Helper()
+	c, err := loadContract()
+	if err != nil {
+		t.Errorf("contract: %v", err)
+		return
+	}
+	if err := c.checkDelivery(req, body); err != nil {
+		t.Errorf("contract: a delivery breaks openapi.yaml's webhooks.event:\n%v\nbody: %s", err, truncate(body))
+	}
+}
+
+func (c *contract) checkDelivery(req *http.Request, body []byte) error {
+	event := c.doc.Webhooks["event"]
+	if event == nil || event.Post == nil {
+		return errors.New("openapi.yaml has no webhooks.event.post")
+	}
+	r := req.Clone(context.Background())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return openapi3filter.ValidateRequest(context.Background(), &openapi3filter.RequestValidationInput{
+		Request: r,
+		Route:   &routers.Route{Spec: c.doc, Path: req.URL.Path, PathItem: event, Method: http.MethodPost, Operation: event.Post},
+		Options: &openapi3filter.Options{MultiError: true},
+	})
+}
+
+// TestDeliveryContractCatchesDrift feeds checkDelivery made-up deliveries:
+// one as the service sends it keeps webhooks.event; one without its
+// signature, with a malformed one, or whose body is not an event does not.
+func TestDeliveryContractCatchesDrift(t *testing.T) {
+	t.Parallel()
+	c, err := loadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		event = `{"id":"evt_610ef9c0501db8086c5ed6031b375beb","object":"event","type":"account.created",` +
+			`"created_at":"2026-11-30T12:02:00.654321Z","data":{"id":"acct_4a5f3df99a5d518c03adf918c80d03ef","object":"account",` +
+			`"currency":"USD","balance":0,"available":0,"description":null,"metadata":{},"created_at":"2026-11-30T12:02:00.654321Z"}}`
+		id = "evt_610ef9c0501db8086c5ed6031b375beb"
+	)
+	for _, tc := range []struct {
+		name, signature, eventID, body, wantErr string
+	}{
+		{"as sent", webhook.Sign("whsec_x", time.Now(), []byte(event)), id, event, ""},
+		{"no signature", "", id, event, "Payments-Signature"},
+		{"a signature without v1", "t=1764504120", id, event, "Payments-Signature"},
+		{"no event id", webhook.Sign("whsec_x", time.Now(), []byte(event)), "", event, "Payments-Event-Id"},
+		{"not an event", webhook.Sign("whsec_x", time.Now(), []byte(`{"id":"x"}`)), id, `{"id":"x"}`, "request body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/hooks", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			for name, v := range map[string]string{webhook.SignatureHeader: tc.signature, webhook.EventIDHeader: tc.eventID} {
+				if v != "" {
+					req.Header.Set(name, v)
+				}
+			}
+			err = c.checkDelivery(req, []byte(tc.body))
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("want no error, got:\n%v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("want an error containing %q, got: %v", tc.wantErr, err)
+			}
+		})
+	}
 }
 
 // checkUnrouted checks the answer to a request the spec has no operation

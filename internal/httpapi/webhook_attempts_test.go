@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +20,8 @@ import (
 )
 
 // receiver is a local webhook endpoint that answers 500 to its first
-// `fail` deliveries and 200 after, recording each delivery's event id.
+// `fail` deliveries and 200 after, recording each delivery's event id. Each
+// delivery is checked against openapi.yaml's webhooks.event.
 type receiver struct {
 	url  string
 	mu   sync.Mutex
@@ -31,6 +33,11 @@ func newReceiver(t *testing.T, fail int) *receiver {
 	t.Helper()
 	r := &receiver{fail: fail}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			t.Errorf("read a delivery: %v", err)
+		}
+		checkDelivery(t, req, body)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.got = append(r.got, req.Header.Get(webhook.EventIDHeader))
