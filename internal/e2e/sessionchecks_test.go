@@ -36,7 +36,8 @@ var sessionChecks = map[string]sessionCheck{
 		want(t, db, "deleted endpoints", 1, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1 AND deleted_at IS NOT NULL`, merchant)
 		want(t, db, "deliveries the receiver took (204)", 1,
 			`SELECT count(DISTINCT event_id) FROM webhook_attempts WHERE merchant_id = $1 AND status = 204`, merchant)
-		printed(t, output, "verified charge.succeeded evt_", `"state":"pending"`, `"deleted":true`)
+		printed(t, output, "verified charge.succeeded evt_", `"status":"disabled"`, `"resumes_after":"evt_`, `"state":"pending"`,
+			"duplicate charge.succeeded evt_", `"deleted":true`)
 	},
 	"docs/events.md": func(t *testing.T, db *pgxpool.Pool, _, output string) {
 		// The consumer ran beside serve until the session killed it (kill
