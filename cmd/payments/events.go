@@ -128,7 +128,8 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 	return c.Run(ctx)
 }
 
-// outboxSampler reads the outbox for the metrics' sampler, and logs a warning
+// outboxSampler reads the outbox and the due webhook deliveries for the
+// metrics' sampler (a failure of either fails the sample), and logs a warning
 // naming the transaction that holds events back once an event has waited warn
 // for it: the feed and the relay list an event only when every older
 // transaction of the database has ended (internal/postgres/horizon.go), so a
@@ -151,6 +152,11 @@ func outboxSampler(monitor *postgres.Monitor, warn time.Duration, log *slog.Logg
 			}
 			log.Warn("events held back by a long transaction in this database", attrs...)
 		}
-		return metrics.OutboxSample{Backlog: st.Backlog, Oldest: st.Oldest, Held: st.Held}, nil
+		due, err := monitor.Deliveries(ctx)
+		if err != nil {
+			return metrics.OutboxSample{}, err
+		}
+		return metrics.OutboxSample{Backlog: st.Backlog, Oldest: st.Oldest, Held: st.Held,
+			DueDeliveries: due.Due, Overdue: due.Overdue}, nil
 	}
 }

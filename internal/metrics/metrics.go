@@ -179,6 +179,11 @@ type OutboxSample struct {
 	// transaction of the database to end (the event horizon); 0 when none
 	// waits.
 	Held time.Duration
+	// DueDeliveries is how many webhook deliveries are due (counted up to a
+	// bound); Overdue how long the most overdue of them has waited since it
+	// came due, 0 when none is due.
+	DueDeliveries int64
+	Overdue       time.Duration
 }
 
 // BacklogSampler reads the outbox in the background and holds the last
@@ -186,16 +191,16 @@ type OutboxSample struct {
 type BacklogSampler struct {
 	read    func(context.Context) (OutboxSample, error)
 	mu      sync.Mutex
-	last    OutboxSample // Backlog, Oldest and Held are -1 until the first sample
+	last    OutboxSample // every field is -1 until the first sample
 	at      time.Time    // when the last good sample was taken
 	samples atomic.Int64
 	errors  atomic.Int64
 }
 
-// Backlog registers the outbox gauges, fed by the returned sampler's Run with
-// read.
+// Backlog registers the outbox gauges and the webhook deliveries' (the
+// webhooks' outbox), fed by the returned sampler's Run with read.
 func (m *Metrics) Backlog(read func(context.Context) (OutboxSample, error)) *BacklogSampler {
-	b := &BacklogSampler{read: read, last: OutboxSample{Backlog: -1, Oldest: -1, Held: -1}}
+	b := &BacklogSampler{read: read, last: OutboxSample{Backlog: -1, Oldest: -1, Held: -1, DueDeliveries: -1, Overdue: -1}}
 	last := func(pick func(*BacklogSampler) float64) func() float64 {
 		return func() float64 {
 			b.mu.Lock()
@@ -215,6 +220,10 @@ func (m *Metrics) Backlog(read func(context.Context) (OutboxSample, error)) *Bac
 		last(func(b *BacklogSampler) float64 { return seconds(b.last.Oldest) }))
 	m.GaugeFunc("payments_events_held_seconds", "How long the oldest committed event has waited, as last sampled, for an older transaction of the database to end before the feed and the relay may list it (the event horizon; 0: none waits, -1: no sample yet).",
 		last(func(b *BacklogSampler) float64 { return seconds(b.last.Held) }))
+	m.GaugeFunc("payments_webhook_due_deliveries", "Webhook deliveries due, as last sampled: pending, on a live enabled endpoint, their attempt's time come (in flight included; those waiting out a backoff are not due); counted up to a bound, where it stays past it (-1: no sample yet).",
+		last(func(b *BacklogSampler) float64 { return float64(b.last.DueDeliveries) }))
+	m.GaugeFunc("payments_webhook_overdue_seconds", "How long the most overdue webhook delivery has waited since it came due (its first attempt's time, or its last failure's plus the backoff), as last sampled (0: none is due, -1: no sample yet).",
+		last(func(b *BacklogSampler) float64 { return seconds(b.last.Overdue) }))
 	m.GaugeFunc("payments_outbox_sample_age_seconds", "Seconds since the outbox backlog was last sampled (-1: never).",
 		last(func(b *BacklogSampler) float64 {
 			if b.at.IsZero() {

@@ -26,19 +26,23 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 	return rec.Body.String()
 }
 
-// TestBacklogSampled: 100 scrapes read the backlog 0 times; the gauges show
-// the last sample.
+// TestBacklogSampled: 100 scrapes read the backlog 0 times; the gauges, the
+// outbox's and the due webhook deliveries', show -1 before the first sample
+// and the last sample after it.
 func TestBacklogSampled(t *testing.T) {
 	m := metrics.New()
 	var reads atomic.Int64
 	b := m.Backlog(func(context.Context) (metrics.OutboxSample, error) {
 		reads.Add(1)
-		return metrics.OutboxSample{Backlog: 400_000, Oldest: 90 * time.Second, Held: 1500 * time.Millisecond}, nil
+		return metrics.OutboxSample{Backlog: 400_000, Oldest: 90 * time.Second, Held: 1500 * time.Millisecond,
+			DueDeliveries: 250, Overdue: 2*time.Minute + 500*time.Millisecond}, nil
 	})
-	if body := scrape(t, m); !strings.Contains(body, "payments_outbox_backlog_events -1\n") ||
-		!strings.Contains(body, "payments_outbox_sample_age_seconds -1\n") ||
-		!strings.Contains(body, "payments_events_held_seconds -1\n") {
-		t.Errorf("before any sample, want -1:\n%s", body)
+	body := scrape(t, m)
+	for _, name := range []string{"payments_outbox_backlog_events", "payments_outbox_sample_age_seconds", "payments_events_held_seconds",
+		"payments_webhook_due_deliveries", "payments_webhook_overdue_seconds"} {
+		if !strings.Contains(body, name+" -1\n") {
+			t.Errorf("before any sample, want %s -1:\n%s", name, body)
+		}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -50,7 +54,6 @@ func TestBacklogSampled(t *testing.T) {
 	}
 
 	before := reads.Load()
-	var body string
 	for range 100 {
 		body = scrape(t, m)
 	}
@@ -61,6 +64,8 @@ func TestBacklogSampled(t *testing.T) {
 		"payments_outbox_backlog_events 400000\n",
 		"payments_outbox_oldest_unpublished_seconds 90\n",
 		"payments_events_held_seconds 1.5\n",
+		"payments_webhook_due_deliveries 250\n",
+		"payments_webhook_overdue_seconds 120.5\n",
 		"payments_outbox_sample_errors_total 0\n",
 	} {
 		if !strings.Contains(body, want) {

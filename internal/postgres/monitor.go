@@ -72,5 +72,50 @@ func (m *Monitor) Outbox(ctx context.Context) (OutboxState, error) {
 	return st, nil
 }
 
+// DueCountBound is the most due deliveries a DeliveryState counts: past it,
+// the count stays at the bound and Overdue says how far behind delivery is.
+// It keeps a sample's cost bounded whatever the backlog.
+const DueCountBound = 10_000
+
+// DeliveryState is a reading of the webhook deliveries, for the metrics.
+type DeliveryState struct {
+	// Due is how many pending deliveries of live enabled endpoints are due
+	// (their next attempt's time has come; those in flight included), up to
+	// DueCountBound.
+	Due int64
+	// Overdue is how long the most overdue of them has waited since it came
+	// due: its first attempt's time, or its last failure's plus the backoff.
+	// A failing endpoint's deliveries waiting out their backoff are not due,
+	// and do not count. 0 when none is due.
+	Overdue time.Duration
+}
+
+// dueSQL reads DeliveryState: the due deliveries in due order along
+// webhook_deliveries_due_at (migration 0019), up to the bound, skipping
+// those of deleted or disabled endpoints, which no claim takes.
+const dueSQL = `
+SELECT count(*), coalesce(extract(epoch FROM now() - min(due.next_attempt_at)), 0)::float8
+FROM (
+    SELECT d.next_attempt_at FROM webhook_deliveries d
+    JOIN webhook_endpoints e ON e.merchant_id = d.merchant_id AND e.id = d.endpoint_id
+    WHERE d.state = 'pending' AND d.next_attempt_at <= now()
+      AND e.deleted_at IS NULL AND e.status = 'enabled'
+    ORDER BY d.next_attempt_at
+    LIMIT $1
+) due`
+
+// Deliveries reads the due webhook deliveries on the monitor's connection.
+// It returns an error wrapping payment.ErrUnavailable when the database
+// fails.
+func (m *Monitor) Deliveries(ctx context.Context) (DeliveryState, error) {
+	var st DeliveryState
+	var overdue float64
+	if err := m.pool.QueryRow(ctx, dueSQL, DueCountBound).Scan(&st.Due, &overdue); err != nil {
+		return DeliveryState{}, asUnavailable(fmt.Errorf("due webhook deliveries: %w", err))
+	}
+	st.Overdue = max(0, time.Duration(overdue*float64(time.Second)))
+	return st, nil
+}
+
 // Close closes the monitor's connection.
 func (m *Monitor) Close() { m.pool.Close() }
