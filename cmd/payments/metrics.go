@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/exactlyonce/payments/internal/consumer"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/relay"
 )
 
@@ -109,4 +111,20 @@ func consumerMetrics(m *metrics.Metrics, c *consumer.Consumer) {
 			"receive": load(&c.Stats.ReceiveErrors), "apply": load(&c.Stats.ApplyErrors),
 			"unreadable": load(&c.Stats.Unreadable), "ack": load(&c.Stats.AckErrors),
 		})
+}
+
+// webhookLag registers the webhook delivery-lag histogram on m and returns
+// the Deliverer's OnDelivered, which observes it: from the created_at of the
+// event the delivery carries (its body is the event as /v1/events shows it;
+// the database's clock) to the answer (this process's clock).
+func webhookLag(m *metrics.Metrics) func(payment.WebhookDelivery, time.Time) {
+	lag := m.WebhookLag()
+	return func(d payment.WebhookDelivery, answered time.Time) {
+		var e struct {
+			CreatedAt time.Time `json:"created_at"`
+		}
+		if json.Unmarshal(d.Body, &e) == nil && !e.CreatedAt.IsZero() {
+			lag.Delivered(answered.Sub(e.CreatedAt), d.Attempt)
+		}
+	}
 }

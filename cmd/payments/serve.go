@@ -205,7 +205,8 @@ func startSweeps(ctx context.Context, cfg config, store *postgres.Store, log *sl
 
 	stopWebhooks := func() {}
 	if cfg.Parts.WebhookDelivery {
-		deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate, Retention: cfg.Relay.EventRetention})
+		deliverer := webhook.NewDeliverer(store, log, webhook.Options{AllowPrivate: cfg.WebhookAllowPrivate, Retention: cfg.Relay.EventRetention,
+			OnDelivered: webhookLag(m)})
 		for outcome, n := range map[string]*atomic.Int64{
 			"delivered": &deliverer.Stats.Delivered, "failed": &deliverer.Stats.Failed, "abandoned": &deliverer.Stats.Abandoned,
 		} {

@@ -64,3 +64,36 @@ func (m *Metrics) LabeledCounterFunc(name, help, label string, series map[string
 		}, f))
 	}
 }
+
+// WebhookLag records how long each webhook delivery took to arrive. Its
+// methods are safe for concurrent use and never block.
+type WebhookLag struct{ first, retry prometheus.Observer }
+
+// Values of payments_webhook_delivery_lag_seconds's attempt label.
+const (
+	LagFirstAttempt = "first" // delivered by its first attempt
+	LagRetried      = "retry" // delivered by a later one, after failures
+)
+
+// WebhookLag registers payments_webhook_delivery_lag_seconds, with a series
+// at 0 for each value of its attempt label, and returns what records it.
+func (m *Metrics) WebhookLag() *WebhookLag {
+	lag := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "payments_webhook_delivery_lag_seconds",
+		Help: "From an event's creation (its created_at, its transaction's start) to the 2xx that delivered it to an endpoint, by attempt: first (delivered by its first attempt) or retry (by a later one, after failures and their backoff).",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600,
+			3 * 3600, 12 * 3600, 24 * 3600, 72 * 3600},
+	}, []string{"attempt"})
+	m.reg.MustRegister(lag)
+	return &WebhookLag{first: lag.WithLabelValues(LagFirstAttempt), retry: lag.WithLabelValues(LagRetried)}
+}
+
+// Delivered records a delivery answered with a 2xx sinceEvent after its
+// event's creation, by its attempt-th attempt (1 for the first).
+func (w *WebhookLag) Delivered(sinceEvent time.Duration, attempt int) {
+	o := w.first
+	if attempt > 1 {
+		o = w.retry
+	}
+	o.Observe(max(0, sinceEvent.Seconds()))
+}

@@ -184,3 +184,31 @@ func TestBuildInfo(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookLag: the delivery-lag histogram has both attempt series from
+// the start, and counts each delivery under first or retry by its attempt.
+func TestWebhookLag(t *testing.T) {
+	m := metrics.New()
+	lag := m.WebhookLag()
+	for _, attempt := range []string{"first", "retry"} {
+		if got := counter(t, scrape(t, m), `payments_webhook_delivery_lag_seconds_count{attempt="`+attempt+`"}`); got != 0 {
+			t.Errorf("before any delivery, the %s series counts %v, want 0", attempt, got)
+		}
+	}
+	lag.Delivered(40*time.Millisecond, 1)
+	lag.Delivered(20*time.Millisecond, 1)
+	lag.Delivered(2*time.Hour, 5)
+	body := scrape(t, m)
+	for series, want := range map[string]float64{
+		`payments_webhook_delivery_lag_seconds_count{attempt="first"}`:             2,
+		`payments_webhook_delivery_lag_seconds_bucket{attempt="first",le="0.025"}`: 1,
+		`payments_webhook_delivery_lag_seconds_bucket{attempt="first",le="0.05"}`:  2,
+		`payments_webhook_delivery_lag_seconds_count{attempt="retry"}`:             1,
+		`payments_webhook_delivery_lag_seconds_sum{attempt="retry"}`:               7200,
+		`payments_webhook_delivery_lag_seconds_bucket{attempt="retry",le="3600"}`:  0,
+	} {
+		if got := counter(t, body, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}

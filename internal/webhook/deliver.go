@@ -49,6 +49,9 @@ type Options struct {
 	// AllowPrivate lets deliveries reach http and local addresses
 	// (WEBHOOK_ALLOW_PRIVATE_NETWORKS; development and tests only).
 	AllowPrivate bool
+	// OnDelivered, if set, is called with each delivery a 2xx answered and
+	// when the answer came, for the metrics; it must not block.
+	OnDelivered func(d payment.WebhookDelivery, answered time.Time)
 	// Timeout bounds an attempt (default DefaultTimeout, 10 s).
 	Timeout time.Duration
 	// PerEndpoint bounds the attempts in flight to one endpoint, across
@@ -291,6 +294,9 @@ func (d *Deliverer) attempt(ctx context.Context, dl payment.WebhookDelivery) {
 	}
 	if a.Delivered() {
 		d.Stats.Delivered.Add(1)
+		if d.opts.OnDelivered != nil {
+			d.opts.OnDelivered(dl, a.At.Add(a.Latency))
+		}
 	} else {
 		d.Stats.Failed.Add(1)
 		a.RetryIn = d.opts.Backoff(dl.Attempt)
