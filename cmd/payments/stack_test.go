@@ -49,19 +49,26 @@ func startStack(t *testing.T) *stack {
 	}
 	s := &stack{t: t, apiKey: merchant.APIKey, logs: &testkit.LogBuffer{}, scrape: map[string]string{}}
 	for _, command := range []string{"serve", "relay", "consume"} {
-		ctx, stop := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- run(ctx, []string{command}, env, io.Discard, s.logs) }()
-		t.Cleanup(func() {
-			stop()
-			if err := <-done; err != nil {
-				t.Errorf("%s returned %v", command, err)
-			}
-		})
+		runUntilCleanup(t, command, env, s.logs)
 		s.scrape[command] = waitForMetricsOf(t, s.logs, command)
 	}
 	s.api = waitForAddr(t, s.logs)
 	return s
+}
+
+// runUntilCleanup runs command through run with env, logging to logs, until
+// the test's cleanup stops it and checks it returned nil.
+func runUntilCleanup(t *testing.T, command string, env func(string) string, logs *testkit.LogBuffer) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{command}, env, io.Discard, logs) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("%s returned %v", command, err)
+		}
+	})
 }
 
 // post sends a keyed POST as the merchant and returns the status and body.

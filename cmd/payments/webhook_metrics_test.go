@@ -90,15 +90,7 @@ func startWatched(t *testing.T) *watched {
 	logs := &testkit.LogBuffer{}
 	env := envOf(map[string]string{"DATABASE_URL": db, "HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0",
 		"METRICS_SAMPLE": "1s", "RELAY_ENABLED": "false", "SHUTDOWN_DELAY": "0", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true"})
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, env, io.Discard, logs) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("serve returned %v", err)
-		}
-	})
+	runUntilCleanup(t, "serve", env, logs)
 	w := &watched{db: db, rcv: newHangingReceiver(t), stack: &stack{t: t, api: waitForAddr(t, logs),
 		scrape: map[string]string{"serve": waitForMetricsAddr(t, logs)}, apiKey: merchant.APIKey, logs: logs}}
 	if status, body := w.post("/v1/webhook_endpoints", uuid.NewString(),

@@ -23,6 +23,18 @@ SELECT $1, $2, gen_random_uuid(), $3, now() + $4::interval FROM generate_series(
 	}
 }
 
+// storeAndMonitor opens a Store and a Monitor of a fresh database.
+func storeAndMonitor(tb testing.TB) (*Store, *Monitor) {
+	tb.Helper()
+	url := pgtest.NewDatabase(tb)
+	mon, err := OpenMonitor(context.Background(), url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(mon.Close)
+	return openStore(tb, url), mon
+}
+
 // TestMonitorDeliveries: the monitor counts the pending deliveries of live
 // enabled endpoints whose attempt is due, and how long the most overdue has
 // waited since it came due; retries scheduled later, settled deliveries,
@@ -31,13 +43,7 @@ SELECT $1, $2, gen_random_uuid(), $3, now() + $4::interval FROM generate_series(
 // exact.
 func TestMonitorDeliveries(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	s := openStore(t, url)
-	mon, err := OpenMonitor(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mon.Close)
+	s, mon := storeAndMonitor(t)
 	read := func() DeliveryState {
 		t.Helper()
 		st, err := mon.Deliveries(ctx)
@@ -86,13 +92,7 @@ func TestMonitorDeliveries(t *testing.T) {
 //	go test -run '^$' -bench MonitorDeliveries ./internal/postgres/
 func BenchmarkMonitorDeliveries(b *testing.B) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(b)
-	s := openStore(b, url)
-	mon, err := OpenMonitor(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(mon.Close)
+	s, mon := storeAndMonitor(b)
 	for range 10 {
 		merchant := newMerchant(b, s, "m-"+uuid.NewString()[:8])
 		for i := range 10 {
