@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,12 +18,12 @@ import (
 // TestMigrateForceRecoversADirtySchema walks the recovery from a failed
 // migration on a real database: the newest migration, n, "failed" having
 // changed nothing (it runs in a transaction), so the schema is dirty at n but
-// matches n-1. migrate up refuses and says what to do; migrate force refuses
-// versions no migration has, before any warning; migrate force n-1 warns and
-// records n-1, clean; migrate up then applies n. force -1 empties the version
-// table.
+// matches the one before, p (n-1, unless numbers were skipped). migrate up
+// refuses and says what to do; migrate force refuses versions no migration
+// has, before any warning; migrate force p warns and records p, clean;
+// migrate up then applies n. force -1 empties the version table.
 func TestMigrateForceRecoversADirtySchema(t *testing.T) {
-	n := newestMigration(t)
+	n, p := newestMigrations(t)
 	dbURL := pgtest.NewDatabase(t)
 	env := envOf(map[string]string{"DATABASE_URL": dbURL, "MIGRATE_WAIT": "5s"})
 	ctx := context.Background()
@@ -82,23 +83,23 @@ func TestMigrateForceRecoversADirtySchema(t *testing.T) {
 		t.Fatalf("after refused forces: version %d, dirty %t; want %d, true", v, dirty, n)
 	}
 
-	out, errs, err := migrate("force", fmt.Sprint(n-1))
+	out, errs, err := migrate("force", fmt.Sprint(p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != fmt.Sprintf("schema version %d (dirty: false)\n", n-1) {
-		t.Errorf("migrate force %d printed %q", n-1, out)
+	if out != fmt.Sprintf("schema version %d (dirty: false)\n", p) {
+		t.Errorf("migrate force %d printed %q", p, out)
 	}
-	if !strings.HasPrefix(errs, fmt.Sprintf("WARNING: migrate force records schema version %d as applied and clean (it was %d, dirty: true).\n", n-1, n)) ||
+	if !strings.HasPrefix(errs, fmt.Sprintf("WARNING: migrate force records schema version %d as applied and clean (it was %d, dirty: true).\n", p, n)) ||
 		!strings.Contains(errs, "It runs no migration and changes no table") {
-		t.Errorf("migrate force %d warned %q", n-1, errs)
+		t.Errorf("migrate force %d warned %q", p, errs)
 	}
-	if rows, v, dirty := schema(); rows != 1 || v != n-1 || dirty {
-		t.Fatalf("after force %d: %d rows, version %d, dirty %t; want 1, %d, false", n-1, rows, v, dirty, n-1)
+	if rows, v, dirty := schema(); rows != 1 || v != p || dirty {
+		t.Fatalf("after force %d: %d rows, version %d, dirty %t; want 1, %d, false", p, rows, v, dirty, p)
 	}
 
 	if out, _, err := migrate("up"); err != nil || out != fmt.Sprintf("schema version %d (dirty: false)\n", n) {
-		t.Fatalf("migrate up after force %d = %v, printed %q", n-1, err, out)
+		t.Fatalf("migrate up after force %d = %v, printed %q", p, err, out)
 	}
 
 	if out, _, err := migrate("force", "-1", "--database-url", dbURL); err != nil || out != "schema version 0 (dirty: false)\n" {
@@ -109,21 +110,23 @@ func TestMigrateForceRecoversADirtySchema(t *testing.T) {
 	}
 }
 
-// newestMigration is the highest version among migrations/*.up.sql.
-func newestMigration(t *testing.T) int64 {
+// newestMigrations are the highest version among migrations/*.up.sql and
+// the one before it.
+func newestMigrations(t *testing.T) (newest, previous int64) {
 	t.Helper()
 	ups, err := filepath.Glob("../../migrations/*.up.sql")
-	if err != nil || len(ups) == 0 {
-		t.Fatalf("no migrations found (%v)", err)
+	if err != nil || len(ups) < 2 {
+		t.Fatalf("fewer than 2 migrations found (%v)", err)
 	}
-	var newest int64
+	var versions []int64
 	for _, f := range ups {
 		prefix, _, _ := strings.Cut(filepath.Base(f), "_")
 		v, err := strconv.ParseInt(prefix, 10, 64)
 		if err != nil {
 			t.Fatalf("migration %s: %v", f, err)
 		}
-		newest = max(newest, v)
+		versions = append(versions, v)
 	}
-	return newest
+	slices.Sort(versions)
+	return versions[len(versions)-1], versions[len(versions)-2]
 }
