@@ -45,9 +45,12 @@ type OutboxLease interface {
 	MarkPublished(ctx context.Context, events []OutboxEvent) error
 	// Wait returns when events may have committed, or after d.
 	Wait(ctx context.Context, d time.Duration) error
-	// Prune deletes up to batch published events created longer than
-	// retention ago.
-	Prune(ctx context.Context, retention time.Duration, batch int) (int64, error)
+	// Prune deletes published events created longer than retention ago,
+	// taking up to batch of them in feed order after where its last call
+	// ended, and reports how many it deleted and whether to call it again:
+	// a pass of calls until more is false walks every aged event once, past
+	// those it must keep.
+	Prune(ctx context.Context, retention time.Duration, batch int) (deleted int64, more bool, err error)
 	// Close gives the lease up.
 	Close()
 }

@@ -341,7 +341,7 @@ func TestPruneSparesWebhookEvents(t *testing.T) {
 		if err := lease.MarkPublished(ctx, events); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := lease.Prune(ctx, 0, 100); err != nil {
+		if _, _, err := lease.Prune(ctx, 0, 100); err != nil {
 			t.Fatal(err)
 		}
 		rows, err := s.Pool().Query(ctx, `SELECT id FROM events ORDER BY tx_id, seq`)

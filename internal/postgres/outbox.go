@@ -32,6 +32,7 @@ type OutboxLease struct {
 	commitWait time.Duration
 	cursor     position   // the last event published
 	read       []position // the positions of what Unpublished last returned
+	pruned     position   // where the pass of pruning got to (Prune)
 }
 
 // position is an event's place in feed order.
@@ -65,7 +66,7 @@ func (s *Outbox) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
 		_ = conn.Close(ctx)
 		return nil, asUnavailable(fmt.Errorf("listen for events: %w", err))
 	}
-	l := &OutboxLease{conn: conn, commitWait: s.opts.CommitWait}
+	l := &OutboxLease{conn: conn, commitWait: s.opts.CommitWait, pruned: passStart}
 	// Read after the lock is held: no other relay moves it from now on.
 	if err := conn.QueryRow(ctx, `SELECT tx_id, seq FROM outbox_cursor WHERE stream = $1`, relayStream).
 		Scan(&l.cursor.txID, &l.cursor.seq); err != nil {
@@ -169,45 +170,76 @@ func (l *OutboxLease) Wait(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// pruneSQL deletes a bounded batch of the oldest events in feed order, at or
-// behind the cursor ($3, $4), that were created longer ago than the
-// retention, so pruning never holds long locks, never bloats one transaction
-// and never touches an event still to be read. It walks the order index from
-// its start and stops at the first event not old enough (an older one behind
-// it goes next time). Webhooks read the events they deliver at each attempt
-// (docs/webhooks.md), so it also spares the events at or after the cursor of
-// a live enabled endpoint of their merchant (not yet fanned out) and those
-// with a pending delivery to one; the batch counts them, so they are
-// skipped, not waited for.
+// pruneSQL is one batch of a pass of pruning (Prune): it takes the next $2
+// events in feed order after the pass's position ($5, $6) and at or behind
+// the relay's cursor ($3, $4), through events_order and never more, so
+// pruning holds no long lock, bloats no transaction and never touches an
+// event still to be published. Of those, it deletes the ones created longer
+// ago than the retention ($1) but those webhooks still need, as they read an
+// event at each attempt (docs/webhooks.md): the events at or after the cursor
+// of a live enabled endpoint of their merchant (not yet fanned out), and
+// those with a pending delivery to one. It returns how many it deleted, how
+// many it took, whether one of them was too young, and the position of the
+// last one taken (NULL if none).
 const pruneSQL = `
-DELETE FROM events
-WHERE (merchant_id, id) IN (
-    SELECT merchant_id, id FROM (
-        SELECT merchant_id, id, created_at, tx_id, seq FROM events
-        WHERE (tx_id, seq) <= ($3::xid8, $4::bigint)
-        ORDER BY tx_id, seq
-        LIMIT $2
-    ) AS oldest
-    WHERE created_at < now() - $1::interval
+WITH taken AS (
+    SELECT merchant_id, id, created_at, tx_id, seq FROM events
+    WHERE (tx_id, seq) > ($5::xid8, $6::bigint)
+      AND (tx_id, seq) <= ($3::xid8, $4::bigint)
+    ORDER BY tx_id, seq
+    LIMIT $2
+), pruned AS (
+    DELETE FROM events e USING taken t
+    WHERE e.merchant_id = t.merchant_id AND e.id = t.id
+      AND t.created_at < now() - $1::interval
       AND NOT EXISTS (
-        SELECT FROM webhook_endpoints e
-        WHERE e.merchant_id = oldest.merchant_id AND e.deleted_at IS NULL AND e.status = 'enabled'
-          AND (oldest.tx_id, oldest.seq) >= (e.cursor_tx, e.cursor_seq))
+        SELECT FROM webhook_endpoints w
+        WHERE w.merchant_id = t.merchant_id AND w.deleted_at IS NULL AND w.status = 'enabled'
+          AND (t.tx_id, t.seq) >= (w.cursor_tx, w.cursor_seq))
       AND NOT EXISTS (
         SELECT FROM webhook_deliveries d
-        JOIN webhook_endpoints e ON e.merchant_id = d.merchant_id AND e.id = d.endpoint_id
-        WHERE d.merchant_id = oldest.merchant_id AND d.event_id = oldest.id AND d.state = 'pending'
-          AND e.deleted_at IS NULL AND e.status = 'enabled')
-)`
+        JOIN webhook_endpoints w ON w.merchant_id = d.merchant_id AND w.id = d.endpoint_id
+        WHERE d.merchant_id = t.merchant_id AND d.event_id = t.id AND d.state = 'pending'
+          AND w.deleted_at IS NULL AND w.status = 'enabled')
+    RETURNING 1
+), last AS (
+    SELECT tx_id, seq FROM taken ORDER BY tx_id DESC, seq DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM pruned), count(*), coalesce(bool_or(created_at >= now() - $1::interval), false),
+       (SELECT tx_id FROM last), (SELECT seq FROM last)
+FROM taken`
 
-// Prune deletes up to batch published events created more than retention
-// ago and reports how many it deleted.
-func (l *OutboxLease) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {
-	tag, err := l.conn.Exec(ctx, pruneSQL, retention, batch, l.cursor.txID, l.cursor.seq)
-	if err != nil {
-		return 0, asUnavailable(fmt.Errorf("prune events: %w", err))
+// passStart is the position a pass of pruning starts after: before every
+// event, as no transaction has the id 0.
+var passStart = position{txID: pgtype.Uint64{Valid: true}}
+
+// Prune deletes a batch of the published events created more than retention
+// ago, and reports how many it deleted and whether the pass goes on. A pass
+// walks the published events in feed order, batch by batch, from the oldest,
+// and remembers where the last batch ended: the events spared for webhooks
+// are walked past, not stopped at, so however many of them there are, the
+// other merchants' aged events behind them go in the same pass. A pass ends
+// at a batch that took an event too young (those after it wait for the next
+// pass, which starts from the oldest again) or reached the relay's cursor.
+// The error wraps payment.ErrUnavailable when the database is unreachable.
+func (l *OutboxLease) Prune(ctx context.Context, retention time.Duration, batch int) (deleted int64, more bool, err error) {
+	var (
+		taken int64
+		young bool
+		last  position
+		seq   *int64
+	)
+	if err := l.conn.QueryRow(ctx, pruneSQL, retention, batch, l.cursor.txID, l.cursor.seq, l.pruned.txID, l.pruned.seq).
+		Scan(&deleted, &taken, &young, &last.txID, &seq); err != nil {
+		return 0, false, asUnavailable(fmt.Errorf("prune events: %w", err))
 	}
-	return tag.RowsAffected(), nil
+	if young || taken < int64(batch) || seq == nil {
+		l.pruned = passStart
+		return deleted, false, nil
+	}
+	last.seq = *seq
+	l.pruned = last
+	return deleted, true, nil
 }
 
 // Backlog reports how many events wait to be published, and the age of the

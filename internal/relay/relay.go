@@ -150,20 +150,26 @@ func (r *Relay) lead(ctx context.Context, ok func()) error {
 	if err := r.ensureStream(ctx); err != nil {
 		return err
 	}
-	lastPrune := time.Time{}
+	// A pass of pruning starts at most once a minute, and takes one batch
+	// per round, between publishing ones: a long pass never holds events
+	// back for more than a batch.
+	var nextPass time.Time
+	pruning := false
 	for ctx.Err() == nil {
 		n, err := r.relayBatch(ctx, lease)
 		if err != nil {
 			return err
 		}
 		ok()
-		if time.Since(lastPrune) > time.Minute {
-			if err := r.prune(ctx, lease); err != nil {
+		if pruning || !time.Now().Before(nextPass) {
+			if pruning, err = r.prune(ctx, lease); err != nil {
 				return err
 			}
-			lastPrune = time.Now()
+			if !pruning {
+				nextPass = time.Now().Add(time.Minute)
+			}
 		}
-		if n == r.opts.Batch {
+		if n == r.opts.Batch || pruning {
 			continue // more are waiting
 		}
 		if err := lease.Wait(ctx, r.opts.Poll); err != nil {
@@ -289,17 +295,12 @@ func (r *Relay) failed(ctx context.Context, reason string) {
 	}
 }
 
-func (r *Relay) prune(ctx context.Context, lease payment.OutboxLease) error {
-	for {
-		n, err := lease.Prune(ctx, r.opts.Retention, r.opts.PruneBatch)
-		if err != nil {
-			return err
-		}
-		r.Stats.Pruned.Add(n)
-		if n < int64(r.opts.PruneBatch) {
-			return nil
-		}
-	}
+// prune runs a batch of the pass of pruning and reports whether the pass
+// goes on.
+func (r *Relay) prune(ctx context.Context, lease payment.OutboxLease) (more bool, err error) {
+	n, more, err := lease.Prune(ctx, r.opts.Retention, r.opts.PruneBatch)
+	r.Stats.Pruned.Add(n)
+	return more, err
 }
 
 // Message renders an event as the message the relay publishes: subject
