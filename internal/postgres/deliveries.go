@@ -19,10 +19,13 @@ import (
 // docs/webhooks.md): the fan-out of events to endpoints, the workers'
 // leased claims, and the record of attempts. It decides no backoff and sends
 // nothing: internal/webhook's Deliverer does, through the port it declares.
-type Deliveries struct{ *db }
+type Deliveries struct {
+	*db
+	pending pendingPass // where pruning got to in the pending ones (webhookprune.go)
+}
 
 // NewDeliveries builds the Deliveries role on d.
-func NewDeliveries(d *DB) *Deliveries { return &Deliveries{d.db} }
+func NewDeliveries(d *DB) *Deliveries { return &Deliveries{db: d.db} }
 
 // fanOutLockKey is the advisory lock that lets one fan-out run at a time.
 const fanOutLockKey = 0x7061796d_7768666f // "paymwhfo"
