@@ -178,6 +178,12 @@ type WebhookDelivery struct {
 	Attempt int
 	// Claim is the claim's token.
 	Claim uuid.UUID
+	// EndpointFailures is how many of the endpoint's attempts had failed in
+	// a row when it was claimed, and EndpointInFlight how many of its
+	// deliveries it could have in flight: the Deliverer draws the pause
+	// after a failure from the one, and grows the other after a 2xx.
+	EndpointFailures int
+	EndpointInFlight int
 }
 
 // WebhookAttempt is what became of one attempt of a delivery, and what
@@ -199,6 +205,17 @@ type WebhookAttempt struct {
 	// failing is abandoned, and its endpoint disabled.
 	RetryIn  time.Duration
 	RetryFor time.Duration
+	// PauseFor is how long after a failure its endpoint gets no attempt at
+	// all (then one, a probe, until a 2xx); InFlightUpTo how far a 2xx may
+	// grow the number of the endpoint's deliveries in flight at once.
+	PauseFor     time.Duration
+	InFlightUpTo int
+}
+
+// WebhookOutcome is an attempt made of a claimed delivery, to record.
+type WebhookOutcome struct {
+	Delivery WebhookDelivery
+	Attempt  WebhookAttempt
 }
 
 // Delivered reports whether the attempt delivered the event: a 2xx answer.

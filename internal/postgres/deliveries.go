@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -34,14 +33,35 @@ func (s *Deliveries) WatchEvents() (<-chan struct{}, func()) { return s.watchEve
 
 const (
 	// lockDueEndpointsSQL locks the live enabled endpoints that have a due
-	// delivery, skipping those another claim holds: two claims never count
-	// and lease one endpoint's deliveries at once, so neither passes the
-	// per-endpoint bound. It looks for one due delivery per endpoint in
-	// webhook_deliveries_due (a LATERAL with a LIMIT: written as EXISTS,
-	// the planner chose a semi-join that read every pending delivery, 44 ms
-	// with a backlog of 50,000).
+	// delivery and are not paused after a failure, skipping those another
+	// claim holds: two claims never count and lease one endpoint's
+	// deliveries at once, so neither passes its bounds. It returns each with
+	// how many of its deliveries may be in flight: one, a probe, while its
+	// last attempts failed; else its in_flight_limit, at most $1.
+	//
+	// It finds the endpoints with a pending delivery by a skip scan of
+	// webhook_deliveries_due (the recursive part: one index probe per such
+	// endpoint), so idle endpoints, however many, cost nothing; then one due
+	// delivery per endpoint (a LATERAL with a LIMIT: written as EXISTS, the
+	// planner chose a semi-join that read every pending delivery, 44 ms with
+	// a backlog of 50,000).
 	lockDueEndpointsSQL = `
-SELECT e.merchant_id, e.id FROM webhook_endpoints e
+WITH RECURSIVE pending AS (
+    (SELECT merchant_id, endpoint_id FROM webhook_deliveries
+     WHERE state = 'pending' ORDER BY merchant_id, endpoint_id LIMIT 1)
+    UNION ALL
+    SELECT next.merchant_id, next.endpoint_id FROM pending p
+    CROSS JOIN LATERAL (
+        SELECT merchant_id, endpoint_id FROM webhook_deliveries
+        WHERE state = 'pending' AND (merchant_id, endpoint_id) > (p.merchant_id, p.endpoint_id)
+        ORDER BY merchant_id, endpoint_id LIMIT 1
+    ) next
+)
+SELECT e.merchant_id, e.id,
+       CASE WHEN e.failures > 0 THEN 1 ELSE least(e.in_flight_limit, $1) END,
+       e.failures, least(e.in_flight_limit, $1)
+FROM pending p
+JOIN webhook_endpoints e ON e.merchant_id = p.merchant_id AND e.id = p.endpoint_id
 CROSS JOIN LATERAL (
     SELECT FROM webhook_deliveries d
     WHERE d.merchant_id = e.merchant_id AND d.endpoint_id = e.id AND d.state = 'pending'
@@ -50,34 +70,53 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) due
 WHERE e.deleted_at IS NULL AND e.status = 'enabled'
+  AND (e.paused_until IS NULL OR e.paused_until <= now())
 FOR NO KEY UPDATE OF e SKIP LOCKED`
 
 	// claimSQL, a statement of its own after lockDueEndpointsSQL (so its
-	// snapshot sees every lease committed before those locks), leases the
-	// due deliveries of the locked endpoints ($1, $2), the earliest due
-	// first: per endpoint up to $3 less those it has leased and unexpired,
-	// and $4 in all. It returns each with its endpoint and its event.
+	// snapshot sees every lease committed before those locks), leases due
+	// deliveries of the locked endpoints ($1, $2), the earliest due first:
+	// per endpoint up to its bound ($3) less those it has leased and
+	// unexpired, per merchant up to $4 less those leased, and $5 in all,
+	// taken in turns across merchants (each merchant's first, then each
+	// one's second, ...), so that a merchant with a backlog fills no claim
+	// while another has a delivery due. It returns each with its endpoint
+	// and its event. The leased counts read webhook_deliveries_leased
+	// (migration 0014): leased rows are the few in flight.
 	claimSQL = `
-WITH due AS (
-    SELECT d.merchant_id, d.endpoint_id, d.event_id
-    FROM unnest($1::uuid[], $2::uuid[]) AS e(merchant_id, id)
+WITH ep AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[]) AS e(merchant_id, id, bound)
+), merchant_room AS (
+    SELECT m.merchant_id, greatest($4 - (
+        SELECT count(*) FROM webhook_deliveries y
+        WHERE y.merchant_id = m.merchant_id AND y.state = 'pending'
+          AND y.lease_until IS NOT NULL AND y.lease_until > now()), 0) AS room
+    FROM (SELECT DISTINCT merchant_id FROM ep) m
+), due AS (
+    SELECT d.merchant_id, d.endpoint_id, d.event_id, d.next_attempt_at,
+           row_number() OVER (PARTITION BY d.merchant_id ORDER BY d.next_attempt_at) AS turn
+    FROM ep e
     CROSS JOIN LATERAL (
         SELECT x.merchant_id, x.endpoint_id, x.event_id, x.next_attempt_at FROM webhook_deliveries x
         WHERE x.merchant_id = e.merchant_id AND x.endpoint_id = e.id AND x.state = 'pending'
           AND x.next_attempt_at <= now() AND (x.lease_until IS NULL OR x.lease_until <= now())
         ORDER BY x.next_attempt_at
-        LIMIT greatest($3 - (
+        LIMIT greatest(e.bound - (
             SELECT count(*) FROM webhook_deliveries y
             WHERE y.merchant_id = e.merchant_id AND y.endpoint_id = e.id AND y.state = 'pending'
-              AND y.lease_until > now()), 0)
+              AND y.lease_until IS NOT NULL AND y.lease_until > now()), 0)
         FOR UPDATE SKIP LOCKED
     ) d
-    ORDER BY d.next_attempt_at
-    LIMIT $4
+), fair AS (
+    SELECT due.merchant_id, due.endpoint_id, due.event_id
+    FROM due JOIN merchant_room m ON m.merchant_id = due.merchant_id
+    WHERE due.turn <= m.room
+    ORDER BY due.turn, due.next_attempt_at
+    LIMIT $5
 ), leased AS (
-    UPDATE webhook_deliveries w SET lease_until = now() + $5::interval, claim = $6
-    FROM due
-    WHERE (w.merchant_id, w.endpoint_id, w.event_id) = (due.merchant_id, due.endpoint_id, due.event_id)
+    UPDATE webhook_deliveries w SET lease_until = now() + $6::interval, claim = $7
+    FROM fair
+    WHERE (w.merchant_id, w.endpoint_id, w.event_id) = (fair.merchant_id, fair.endpoint_id, fair.event_id)
     RETURNING w.merchant_id, w.endpoint_id, w.event_id, w.attempts
 )
 SELECT l.merchant_id, l.endpoint_id, l.event_id, l.attempts + 1, e.url, e.secret, ev.type, ev.payload, ev.created_at
@@ -87,38 +126,55 @@ JOIN events ev ON ev.merchant_id = l.merchant_id AND ev.id = l.event_id`
 )
 
 // ClaimDeliveries leases up to total due deliveries (pending, next attempt
-// due, no unexpired lease) of live enabled endpoints for lease, at most
-// perEndpoint per endpoint counting those already leased, and returns each
-// with its endpoint's URL and secret, its event as /v1/events shows it, and
-// its attempt number. The lease is committed before it returns; only this
-// claim may settle the deliveries (RecordAttempt). It returns an error
-// wrapping payment.ErrUnavailable when the database fails.
-func (s *Deliveries) ClaimDeliveries(ctx context.Context, perEndpoint, total int, lease time.Duration) ([]payment.WebhookDelivery, error) {
+// due, no unexpired lease) of live enabled endpoints that are not paused,
+// for lease: per endpoint at most its bound (one while its attempts fail,
+// else its in-flight limit up to perEndpoint), per merchant at most
+// perMerchant, counting those already leased, taken in turns across
+// merchants. It returns each with its endpoint's URL, secret, failures and
+// bound, its event as /v1/events shows it, and its attempt number. The
+// lease is committed before it returns; only this claim may settle the
+// deliveries (RecordAttempts). It returns an error wrapping
+// payment.ErrUnavailable when the database fails.
+func (s *Deliveries) ClaimDeliveries(ctx context.Context, perEndpoint, perMerchant, total int, lease time.Duration) ([]payment.WebhookDelivery, error) {
 	var claimed []payment.WebhookDelivery
 	claim := payment.NewID()
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, lockDueEndpointsSQL)
-		var merchants, endpoints []pgtype.UUID
+		rows, _ := tx.Query(ctx, lockDueEndpointsSQL, perEndpoint)
+		var (
+			merchants, endpoints []pgtype.UUID
+			bounds               []int32
+			health               = map[pgtype.UUID][2]int{} // failures, in-flight limit
+		)
 		for rows.Next() {
-			var m, e pgtype.UUID
-			if err := rows.Scan(&m, &e); err != nil {
+			var (
+				m, e                   pgtype.UUID
+				bound, failures, limit int32
+			)
+			if err := rows.Scan(&m, &e, &bound, &failures, &limit); err != nil {
 				rows.Close()
 				return err
 			}
-			merchants, endpoints = append(merchants, m), append(endpoints, e)
+			merchants, endpoints, bounds = append(merchants, m), append(endpoints, e), append(bounds, bound)
+			health[e] = [2]int{int(failures), int(limit)}
 		}
 		if rows.Close(); rows.Err() != nil || len(endpoints) == 0 {
 			return rows.Err()
 		}
-		rows, _ = tx.Query(ctx, claimSQL, merchants, endpoints, perEndpoint, total, lease, claim)
+		rows, _ = tx.Query(ctx, claimSQL, merchants, endpoints, bounds, perMerchant, total, lease, claim)
 		var err error
 		claimed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.WebhookDelivery, error) {
 			d := payment.WebhookDelivery{Claim: claim}
-			var e payment.Event
-			if err := row.Scan(&d.MerchantID, &d.EndpointID, &d.EventID, &d.Attempt, &d.URL, &d.Secret,
+			var (
+				e        payment.Event
+				endpoint pgtype.UUID
+			)
+			if err := row.Scan(&d.MerchantID, &endpoint, &d.EventID, &d.Attempt, &d.URL, &d.Secret,
 				&e.Type, &e.Data, &e.CreatedAt); err != nil {
 				return d, err
 			}
+			d.EndpointID = endpoint.Bytes
+			h := health[endpoint]
+			d.EndpointFailures, d.EndpointInFlight = h[0], h[1]
 			e.ID = d.EventID
 			body, err := json.Marshal(e)
 			d.Body = body
@@ -133,28 +189,59 @@ func (s *Deliveries) ClaimDeliveries(ctx context.Context, perEndpoint, total int
 }
 
 const (
-	insertAttemptSQL = `
+	// lockHealthSQL locks the endpoints whose health a record changes, in
+	// the order of their key, before any of their deliveries: the order in
+	// which a deletion, an update and another replica's record lock them
+	// too, so that none waits for another in a circle. A claim skips them
+	// meanwhile (lockDueEndpointsSQL).
+	lockHealthSQL = `
+SELECT FROM webhook_endpoints
+WHERE (merchant_id, id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))
+ORDER BY merchant_id, id
+FOR NO KEY UPDATE`
+
+	insertAttemptsSQL = `
 INSERT INTO webhook_attempts (merchant_id, endpoint_id, id, event_id, attempted_at, status, error, latency_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::timestamptz[], $6::int[], $7::text[], $8::int[])
 ON CONFLICT DO NOTHING`
 
-	// settleSQL settles the delivery if the claim $4 still holds it: a
-	// 2xx ($6) delivers it; a failure schedules the next attempt $7 from
-	// now, or abandons it once the attempt ($5) comes the retry period ($8)
-	// or more after the first.
+	// settleSQL settles each delivery whose claim ($4) still holds it: a
+	// 2xx ($6) delivers it; a failure schedules the next attempt $7
+	// milliseconds from now, or abandons it once the attempt ($5) comes the
+	// retry period ($8 milliseconds) or more after the first. It returns
+	// the state of each it settled.
 	settleSQL = `
-UPDATE webhook_deliveries SET
-    attempts = attempts + 1,
-    first_attempt_at = coalesce(first_attempt_at, $5),
+UPDATE webhook_deliveries w SET
+    attempts = w.attempts + 1,
+    first_attempt_at = coalesce(w.first_attempt_at, a.at),
     state = CASE
-        WHEN $6 THEN 'delivered'
-        WHEN $5::timestamptz - coalesce(first_attempt_at, $5) >= $8::interval THEN 'abandoned'
+        WHEN a.delivered THEN 'delivered'
+        WHEN a.at - coalesce(w.first_attempt_at, a.at) >= a.retry_for * interval '1 millisecond' THEN 'abandoned'
         ELSE 'pending' END,
-    next_attempt_at = CASE WHEN $6 THEN next_attempt_at ELSE now() + $7::interval END,
+    next_attempt_at = CASE WHEN a.delivered THEN w.next_attempt_at ELSE now() + a.retry_in * interval '1 millisecond' END,
     lease_until = NULL,
     claim = NULL
-WHERE merchant_id = $1 AND endpoint_id = $2 AND event_id = $3 AND claim = $4 AND state = 'pending'
-RETURNING state`
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::timestamptz[], $6::bool[], $7::bigint[], $8::bigint[])
+    AS a(merchant_id, endpoint_id, event_id, claim, at, delivered, retry_in, retry_for)
+WHERE w.merchant_id = a.merchant_id AND w.endpoint_id = a.endpoint_id AND w.event_id = a.event_id
+  AND w.claim = a.claim AND w.state = 'pending'
+RETURNING w.merchant_id, w.endpoint_id, w.event_id, w.state`
+
+	// healthSQL writes what the attempts taught of each endpoint: a 2xx
+	// ends its run of failures and its pause, and grows its in-flight limit
+	// by one per 2xx up to $6 when none failed; failures ($4) without a
+	// 2xx lengthen the run and pause it $5 milliseconds; any failure halves
+	// the limit. A row that would not change is not written.
+	healthSQL = `
+UPDATE webhook_endpoints e SET
+    failures = CASE WHEN h.delivered > 0 THEN 0 ELSE e.failures + h.failed END,
+    paused_until = CASE WHEN h.delivered > 0 THEN NULL ELSE now() + h.pause * interval '1 millisecond' END,
+    in_flight_limit = CASE WHEN h.failed > 0 THEN greatest(e.in_flight_limit / 2, 1)
+                           ELSE greatest(e.in_flight_limit, least(e.in_flight_limit + h.delivered, h.up_to)) END
+FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::int[], $5::bigint[], $6::int[])
+    AS h(merchant_id, endpoint_id, delivered, failed, pause, up_to)
+WHERE e.merchant_id = h.merchant_id AND e.id = h.endpoint_id
+  AND (h.failed > 0 OR e.failures > 0 OR e.paused_until IS NOT NULL OR e.in_flight_limit < h.up_to)`
 
 	// disableEndpointSQL disables an endpoint whose delivery was abandoned,
 	// and abandons its other pending deliveries: a disabled endpoint gets
@@ -171,50 +258,173 @@ WHERE merchant_id = $1 AND id = $2 AND status = 'enabled'
 RETURNING ` + endpointColumns
 )
 
-// RecordAttempt records an attempt of a claimed delivery and, in the same
-// transaction, settles the delivery if d's claim still holds it: delivered
-// on a 2xx; otherwise due again a.RetryIn from now, or, once its attempts
-// have failed for a.RetryFor since the first, abandoned with its endpoint
-// disabled. It returns the delivery's state after it (a payment.Delivery*
-// constant), or "" when the claim no longer held it (its lease expired and
-// another claim took it, or it was settled meanwhile): the attempt is
-// recorded then too, and the delivery left to the claim that holds it. An
-// attempt recorded again under its ID (after a commit whose answer was lost)
-// is recorded once, and settles nothing more: its claim no longer holds the
-// delivery. An attempt without an ID is given one. The error wraps
-// payment.ErrUnavailable when the database fails.
+// RecordAttempt records one attempt: RecordAttempts of one.
 func (s *Deliveries) RecordAttempt(ctx context.Context, d payment.WebhookDelivery, a payment.WebhookAttempt) (string, error) {
-	code, errText := attemptResult(a)
-	if a.ID == uuid.Nil {
-		a.ID = payment.NewID()
-	}
-	var (
-		state  string
-		events int // the webhook_endpoint.disabled event, when written
-	)
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, insertAttemptSQL, d.MerchantID, d.EndpointID, a.ID, d.EventID,
-			a.At, code, errText, a.Latency.Milliseconds()); err != nil {
-			return fmt.Errorf("insert attempt: %w", err)
-		}
-		err := tx.QueryRow(ctx, settleSQL, d.MerchantID, d.EndpointID, d.EventID, d.Claim,
-			a.At, a.Delivered(), a.RetryIn, a.RetryFor).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			state = ""
-			return nil
-		}
-		if err != nil || state != payment.DeliveryAbandoned {
-			return err
-		}
-		return disableEndpoint(ctx, tx, d.MerchantID, d.EndpointID, &events)
-	})
+	states, err := s.RecordAttempts(ctx, []payment.WebhookOutcome{{Delivery: d, Attempt: a}})
 	if err != nil {
-		return "", asUnavailable(fmt.Errorf("record webhook attempt: %w", err))
+		return "", err
+	}
+	return states[0], nil
+}
+
+// RecordAttempts records attempts of claimed deliveries and, in the same
+// transaction, settles each delivery its claim still holds: delivered on a
+// 2xx; otherwise due again Attempt.RetryIn from now, or, once its attempts
+// have failed for Attempt.RetryFor since the first, abandoned with its
+// endpoint disabled. It writes what the attempts say of their endpoints'
+// health (healthSQL). It returns each delivery's state after it, in the
+// order given (a payment.Delivery* constant), or "" where the claim no
+// longer held it (its lease expired and another claim took it, or it was
+// settled meanwhile): the attempt is recorded then too, and the delivery
+// left to the claim that holds it. An attempt recorded again under its ID
+// (after a commit whose answer was lost) is recorded once, and settles
+// nothing more: its claim no longer holds the delivery. An attempt without
+// an ID is given one. A deadlock is tried again; the error wraps
+// payment.ErrUnavailable when the database fails.
+func (s *Deliveries) RecordAttempts(ctx context.Context, outcomes []payment.WebhookOutcome) ([]string, error) {
+	b := newAttemptBatch(outcomes)
+	var (
+		states []string
+		events int // webhook_endpoint.disabled events written
+	)
+	run := func(tx pgx.Tx) error {
+		states, events = make([]string, len(outcomes)), 0
+		return b.record(ctx, tx, states, &events)
+	}
+	err := s.inTx(ctx, run)
+	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
+		err = s.inTx(ctx, run)
+	}
+	if err != nil {
+		return nil, asUnavailable(fmt.Errorf("record webhook attempts: %w", err))
 	}
 	if events > 0 {
 		s.eventsCommitted()
 	}
-	return state, nil
+	return states, nil
+}
+
+// attemptBatch is RecordAttempts' statements' arguments, column by column.
+type attemptBatch struct {
+	merchants, endpoints, ids, eventIDs, claims []uuid.UUID
+	at                                          []time.Time
+	status                                      []pgtype.Int4
+	errText                                     []pgtype.Text
+	latency                                     []int32
+	delivered                                   []bool
+	retryIn, retryFor                           []int64
+	health                                      endpointHealth
+	index                                       map[[3]uuid.UUID]int // a delivery's place in outcomes
+}
+
+// endpointHealth is healthSQL's arguments: per endpoint whose health the
+// batch changes, its 2xx and failures, the longest pause and the bound.
+type endpointHealth struct {
+	merchants, endpoints []uuid.UUID
+	delivered, failed    []int32
+	pause                []int64
+	upTo                 []int32
+}
+
+func newAttemptBatch(outcomes []payment.WebhookOutcome) *attemptBatch {
+	b := &attemptBatch{index: make(map[[3]uuid.UUID]int, len(outcomes))}
+	at := map[[2]uuid.UUID]int{} // an endpoint's place in b.health
+	for i, o := range outcomes {
+		d, a := o.Delivery, o.Attempt
+		if a.ID == uuid.Nil {
+			a.ID = payment.NewID()
+		}
+		code, errText := attemptResult(a)
+		b.merchants = append(b.merchants, d.MerchantID)
+		b.endpoints = append(b.endpoints, d.EndpointID)
+		b.ids = append(b.ids, a.ID)
+		b.eventIDs = append(b.eventIDs, d.EventID)
+		b.claims = append(b.claims, d.Claim)
+		b.at = append(b.at, a.At)
+		b.status = append(b.status, pgtype.Int4{Int32: int32(deref(code)), Valid: code != nil})
+		b.errText = append(b.errText, pgtype.Text{String: deref(errText), Valid: errText != nil})
+		b.latency = append(b.latency, int32(min(a.Latency.Milliseconds(), 1<<31-1)))
+		b.delivered = append(b.delivered, a.Delivered())
+		b.retryIn = append(b.retryIn, a.RetryIn.Milliseconds())
+		b.retryFor = append(b.retryFor, a.RetryFor.Milliseconds())
+		b.index[[3]uuid.UUID{d.MerchantID, d.EndpointID, d.EventID}] = i
+
+		// A 2xx of a healthy endpoint at its bound changes nothing.
+		if a.Delivered() && d.EndpointFailures == 0 && d.EndpointInFlight >= a.InFlightUpTo {
+			continue
+		}
+		key := [2]uuid.UUID{d.MerchantID, d.EndpointID}
+		j, ok := at[key]
+		if !ok {
+			j = len(b.health.endpoints)
+			at[key] = j
+			h := &b.health
+			h.merchants, h.endpoints = append(h.merchants, d.MerchantID), append(h.endpoints, d.EndpointID)
+			h.delivered, h.failed = append(h.delivered, 0), append(h.failed, 0)
+			h.pause, h.upTo = append(h.pause, 0), append(h.upTo, int32(max(a.InFlightUpTo, 1)))
+		}
+		if a.Delivered() {
+			b.health.delivered[j]++
+		} else {
+			b.health.failed[j]++
+			b.health.pause[j] = max(b.health.pause[j], a.PauseFor.Milliseconds())
+		}
+	}
+	return b
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// record runs the batch's statements on tx, writing each delivery's state
+// into states and counting the events it writes.
+func (b *attemptBatch) record(ctx context.Context, tx pgx.Tx, states []string, events *int) error {
+	h := &b.health
+	if len(h.endpoints) > 0 {
+		if _, err := tx.Exec(ctx, lockHealthSQL, h.merchants, h.endpoints); err != nil {
+			return fmt.Errorf("lock endpoints: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, insertAttemptsSQL, b.merchants, b.endpoints, b.ids, b.eventIDs,
+		b.at, b.status, b.errText, b.latency); err != nil {
+		return fmt.Errorf("insert attempts: %w", err)
+	}
+	rows, _ := tx.Query(ctx, settleSQL, b.merchants, b.endpoints, b.eventIDs, b.claims,
+		b.at, b.delivered, b.retryIn, b.retryFor)
+	var abandoned [][2]uuid.UUID
+	for rows.Next() {
+		var (
+			key   [3]uuid.UUID
+			state string
+		)
+		if err := rows.Scan(&key[0], &key[1], &key[2], &state); err != nil {
+			rows.Close()
+			return err
+		}
+		states[b.index[key]] = state
+		if state == payment.DeliveryAbandoned {
+			abandoned = append(abandoned, [2]uuid.UUID{key[0], key[1]})
+		}
+	}
+	if rows.Close(); rows.Err() != nil {
+		return fmt.Errorf("settle deliveries: %w", rows.Err())
+	}
+	if len(h.endpoints) > 0 {
+		if _, err := tx.Exec(ctx, healthSQL, h.merchants, h.endpoints, h.delivered, h.failed, h.pause, h.upTo); err != nil {
+			return fmt.Errorf("write endpoint health: %w", err)
+		}
+	}
+	for _, e := range abandoned {
+		if err := disableEndpoint(ctx, tx, e[0], e[1], events); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // disableEndpoint disables the endpoint, abandoning its pending

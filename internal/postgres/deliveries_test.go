@@ -177,7 +177,7 @@ func TestClaimDeliveries(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			ds, err := s.ClaimDeliveries(ctx, perEndpoint, 100, time.Minute)
+			ds, err := s.ClaimDeliveries(ctx, perEndpoint, 100, 100, time.Minute)
 			if err != nil {
 				t.Error(err)
 			}
@@ -201,7 +201,7 @@ func TestClaimDeliveries(t *testing.T) {
 	if per[first] != perEndpoint || per[second] != perEndpoint {
 		t.Errorf("claimed per endpoint %v, want %d each", per, perEndpoint)
 	}
-	if more, err := s.ClaimDeliveries(ctx, perEndpoint, 100, time.Minute); err != nil || len(more) != 0 {
+	if more, err := s.ClaimDeliveries(ctx, perEndpoint, 100, 100, time.Minute); err != nil || len(more) != 0 {
 		t.Errorf("a claim with every endpoint at its bound = %d, %v; want none", len(more), err)
 	}
 
@@ -222,7 +222,7 @@ func TestClaimDeliveries(t *testing.T) {
 	if err != nil || state != payment.DeliveryDelivered {
 		t.Fatalf("RecordAttempt = %q, %v; want delivered", state, err)
 	}
-	more, err := s.ClaimDeliveries(ctx, perEndpoint, 100, time.Minute)
+	more, err := s.ClaimDeliveries(ctx, perEndpoint, 100, 100, time.Minute)
 	if err != nil || len(more) != 1 || more[0].EndpointID != d.EndpointID {
 		t.Errorf("after a delivery: claimed %d, %v; want 1 of endpoint %s", len(more), err, d.EndpointID)
 	}
@@ -243,7 +243,7 @@ func TestRecordAttempt(t *testing.T) {
 	}
 	claimOne := func(lease time.Duration) payment.WebhookDelivery {
 		t.Helper()
-		ds, err := s.ClaimDeliveries(ctx, 4, 32, lease)
+		ds, err := s.ClaimDeliveries(ctx, 4, 32, 32, lease)
 		if err != nil || len(ds) != 1 {
 			t.Fatalf("claimed %d, %v; want 1", len(ds), err)
 		}
@@ -265,7 +265,7 @@ func TestRecordAttempt(t *testing.T) {
 	if state, err := s.RecordAttempt(ctx, current, failed(500, "")); err != nil || state != payment.DeliveryPending {
 		t.Errorf("a 500 = %q, %v; want pending", state, err)
 	}
-	if ds, err := s.ClaimDeliveries(ctx, 4, 32, time.Minute); err != nil || len(ds) != 0 {
+	if ds, err := s.ClaimDeliveries(ctx, 4, 32, 32, time.Minute); err != nil || len(ds) != 0 {
 		t.Errorf("claimed %d, %v before the retry is due; want none", len(ds), err)
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now()`); err != nil {
@@ -289,7 +289,7 @@ func TestRecordAttempt(t *testing.T) {
 	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 2 {
 		t.Fatalf("FanOut = %d, %v; want 2", n, err)
 	}
-	ds, err := s.ClaimDeliveries(ctx, 1, 32, time.Minute)
+	ds, err := s.ClaimDeliveries(ctx, 1, 32, 32, time.Minute)
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("claimed %d, %v; want 1", len(ds), err)
 	}
@@ -368,7 +368,7 @@ func TestPruneSparesWebhookEvents(t *testing.T) {
 	if _, err := s.FanOut(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := s.ClaimDeliveries(ctx, 4, 32, time.Minute)
+	ds, err := s.ClaimDeliveries(ctx, 4, 32, 32, time.Minute)
 	if err != nil || len(ds) != 2 {
 		t.Fatalf("claimed %d, %v; want 2", len(ds), err)
 	}
@@ -396,7 +396,7 @@ func TestDeletedEndpointGetsNoMore(t *testing.T) {
 	if err := s.DeleteWebhookEndpoint(ctx, acme, endpoint); err != nil {
 		t.Fatal(err)
 	}
-	if ds, err := s.ClaimDeliveries(ctx, 4, 32, time.Minute); err != nil || len(ds) != 0 {
+	if ds, err := s.ClaimDeliveries(ctx, 4, 32, 32, time.Minute); err != nil || len(ds) != 0 {
 		t.Errorf("claimed %d, %v of a deleted endpoint; want none", len(ds), err)
 	}
 	addEvent(t, s, acme, payment.EventChargeSucceeded)
@@ -449,7 +449,7 @@ func TestDisabledEvent(t *testing.T) {
 	if n, err := created(s.FanOut(ctx, 100)); err != nil || n != 2 {
 		t.Fatalf("FanOut = %d, %v; want 2", n, err)
 	}
-	ds, err := s.ClaimDeliveries(ctx, 4, 32, time.Minute)
+	ds, err := s.ClaimDeliveries(ctx, 4, 32, 32, time.Minute)
 	if err != nil || len(ds) != 2 {
 		t.Fatalf("claimed %d, %v; want 2", len(ds), err)
 	}

@@ -263,7 +263,7 @@ FROM webhook_deliveries WHERE endpoint_id = $1`, gone).Scan(&canceled, &leased);
 		t.Errorf("%d canceled, %d leased (%v); want 3 and none", canceled, leased, err)
 	}
 
-	claimed, err := s.ClaimDeliveries(ctx, 4, 32, time.Minute)
+	claimed, err := s.ClaimDeliveries(ctx, 4, 32, 32, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

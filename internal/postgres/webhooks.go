@@ -206,7 +206,10 @@ FOR NO KEY UPDATE`
 	// updateEndpointSQL writes an endpoint's url, events and status, and,
 	// when $6 is not null, moves its cursor to ($6, 0): the event horizon
 	// read by the statement before (horizon.go), as a new endpoint's starts.
+	// It forgets what the Deliverer learnt of the endpoint (migration 0021):
+	// a merchant who fixed it gets its next attempt at once.
 	updateEndpointSQL = `UPDATE webhook_endpoints SET url = $3, events = $4, status = $5,
+    failures = 0, paused_until = NULL, in_flight_limit = DEFAULT,
     cursor_tx = coalesce($6::xid8, cursor_tx),
     cursor_seq = CASE WHEN $6::xid8 IS NULL THEN cursor_seq ELSE 0 END
 WHERE merchant_id = $1 AND id = $2`

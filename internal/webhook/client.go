@@ -13,6 +13,16 @@ import (
 // the answer.
 const DefaultTimeout = 10 * time.Second
 
+// What a delivery reads of an answer: its status is all that counts, so an
+// endpoint's answer holds little of a replica's memory however large it is.
+// Headers over maxResponseHeader fail the attempt; of the body, up to
+// maxResponseBody is read (so the connection serves the next delivery) and
+// the rest is not.
+const (
+	maxResponseHeader = 16 << 10
+	maxResponseBody   = 4 << 10
+)
+
 // NewClient returns the HTTP client that delivers webhooks. Every attempt
 // must end within timeout (DefaultTimeout when it is 0 or less). It follows
 // no redirect: a 3xx is the answer, and a failed attempt. It uses no proxy,
@@ -33,12 +43,14 @@ func NewClient(allowPrivate bool, timeout time.Duration) *http.Client {
 		// http.DefaultTransport's settings, without its proxy from the
 		// environment, which would connect to what it likes.
 		Transport: &http.Transport{
-			DialContext:           dialer.DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          100,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   timeout,
-			ExpectContinueTimeout: time.Second,
+			DialContext:            dialer.DialContext,
+			ForceAttemptHTTP2:      true,
+			MaxIdleConns:           512,
+			MaxIdleConnsPerHost:    64, // an endpoint that keeps up has up to 32 in flight
+			IdleConnTimeout:        90 * time.Second,
+			MaxResponseHeaderBytes: maxResponseHeader,
+			TLSHandshakeTimeout:    timeout,
+			ExpectContinueTimeout:  time.Second,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       timeout,

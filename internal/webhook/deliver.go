@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,17 +34,26 @@ type Store interface {
 	// across replicas, and returns how many rows it deleted and whether
 	// more may be due (a batch was full).
 	PruneWebhooks(ctx context.Context, retention time.Duration, batch int) (deleted int64, more bool, err error)
-	// ClaimDeliveries leases up to total due deliveries, at most
-	// perEndpoint per endpoint counting those leased already.
-	ClaimDeliveries(ctx context.Context, perEndpoint, total int, lease time.Duration) ([]payment.WebhookDelivery, error)
-	// RecordAttempt records an attempt and settles the delivery if the
-	// claim still holds it, returning its state then ("" if not held).
-	RecordAttempt(ctx context.Context, d payment.WebhookDelivery, a payment.WebhookAttempt) (string, error)
+	// ClaimDeliveries leases up to total due deliveries of endpoints that
+	// are not paused, in turns across merchants, at most perMerchant per
+	// merchant and per endpoint one while its attempts fail, else its
+	// in-flight limit up to perEndpoint, counting those leased already.
+	ClaimDeliveries(ctx context.Context, perEndpoint, perMerchant, total int, lease time.Duration) ([]payment.WebhookDelivery, error)
+	// RecordAttempts records attempts, and what they say of their
+	// endpoints, and settles each delivery its claim still holds, in one
+	// transaction, returning their states then ("" where not held).
+	RecordAttempts(ctx context.Context, outcomes []payment.WebhookOutcome) ([]string, error)
 }
 
 // DefaultBackoff spaces a delivery's attempts: the first retry within 10 s,
 // then twice as far apart each time (full jitter), at most an hour.
 var DefaultBackoff = retry.Policy{First: 10 * time.Second, Max: time.Hour}
+
+// DefaultEndpointPause spaces the probes of an endpoint whose attempts fail:
+// after the n-th failure in a row it gets no attempt for a wait drawn below
+// a second doubled n−1 times, at most a minute; then one at a time until a
+// 2xx. Its other deliveries wait meanwhile, each on its own backoff too.
+var DefaultEndpointPause = retry.Policy{First: time.Second, Max: time.Minute}
 
 // Options tune a Deliverer. Zero values take the defaults.
 type Options struct {
@@ -55,8 +66,14 @@ type Options struct {
 	// Timeout bounds an attempt (default DefaultTimeout, 10 s).
 	Timeout time.Duration
 	// PerEndpoint bounds the attempts in flight to one endpoint, across
-	// replicas (default 4); InFlight those of this Deliverer (default 32).
+	// replicas (default 32): an endpoint starts at 4, gains one for each
+	// 2xx up to this bound, is halved by a failure, and while its attempts
+	// fail gets one at a time. PerMerchant bounds those to one merchant's
+	// endpoints, across replicas (default 64, and at most half InFlight),
+	// so that others always find free slots; InFlight bounds those of this
+	// Deliverer (default 256).
 	PerEndpoint int
+	PerMerchant int
 	InFlight    int
 	// Lease is how long a claimed delivery is this Deliverer's (default
 	// 15 s, and always Timeout plus 5 s at least): a crash past it lets
@@ -76,6 +93,9 @@ type Options struct {
 	// Backoff draws the wait before the next attempt after the attempt-th
 	// failed (default DefaultBackoff.Wait).
 	Backoff func(attempt int) time.Duration
+	// EndpointPause draws how long an endpoint gets no attempt after its
+	// failures-th failure in a row (default DefaultEndpointPause.Wait).
+	EndpointPause func(failures int) time.Duration
 	// RetryFor is how long after its first attempt a delivery that keeps
 	// failing is abandoned and its endpoint disabled (default 3 days).
 	RetryFor time.Duration
@@ -96,11 +116,15 @@ func (o Options) withDefaults() Options {
 		o.Timeout = DefaultTimeout
 	}
 	if o.PerEndpoint <= 0 {
-		o.PerEndpoint = 4
+		o.PerEndpoint = 32
 	}
 	if o.InFlight <= 0 {
-		o.InFlight = 32
+		o.InFlight = 256
 	}
+	if o.PerMerchant <= 0 {
+		o.PerMerchant = 64
+	}
+	o.PerMerchant = max(min(o.PerMerchant, o.InFlight/2), 1)
 	if o.Lease <= 0 {
 		o.Lease = 15 * time.Second
 	}
@@ -116,6 +140,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Backoff == nil {
 		o.Backoff = DefaultBackoff.Wait
+	}
+	if o.EndpointPause == nil {
+		o.EndpointPause = DefaultEndpointPause.Wait
 	}
 	if o.RetryFor <= 0 {
 		o.RetryFor = DefaultRetryFor
@@ -174,6 +201,13 @@ func (d *Deliverer) Run(ctx context.Context) {
 	pruned := make(chan struct{})
 	go func() { defer close(pruned); d.pruneLoop(ctx, pruneEvery) }()
 	defer func() { <-pruned }()
+	// The recorder outlives the attempts: each is recorded, even the ones
+	// ctx's end cut short of their record (the deferred calls run last
+	// first).
+	toRecord, recorded := make(chan toRecord), make(chan struct{})
+	go func() { defer close(recorded); d.recordLoop(ctx, toRecord) }()
+	defer func() { <-recorded }()
+	defer close(toRecord)
 	loop := retry.NewLoop(d.log, "webhooks: fan out and claim deliveries", retry.Default)
 	slots := make(chan struct{}, d.opts.InFlight) // one per attempt in flight
 	freed := make(chan struct{}, 1)               // an attempt ended: a slot is free
@@ -196,7 +230,7 @@ func (d *Deliverer) Run(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d.attempt(ctx, dl)
+				d.attempt(ctx, dl, toRecord)
 				<-slots
 				select {
 				case freed <- struct{}{}:
@@ -277,7 +311,7 @@ func (d *Deliverer) claim(ctx context.Context, free int, s *schedule) ([]payment
 	if !s.claimDue(now, free) {
 		return nil, nil
 	}
-	claimed, err := d.store.ClaimDeliveries(ctx, d.opts.PerEndpoint, free, d.opts.Lease)
+	claimed, err := d.store.ClaimDeliveries(ctx, d.opts.PerEndpoint, d.opts.PerMerchant, free, d.opts.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -285,9 +319,10 @@ func (d *Deliverer) claim(ctx context.Context, free int, s *schedule) ([]payment
 	return claimed, nil
 }
 
-// attempt POSTs one delivery and records the attempt. An attempt cut short by
-// ctx's end is not recorded: its lease expires and it is made again.
-func (d *Deliverer) attempt(ctx context.Context, dl payment.WebhookDelivery) {
+// attempt POSTs one delivery and has the recorder record the attempt,
+// waiting for it. An attempt cut short by ctx's end is not recorded: its
+// lease expires and it is made again.
+func (d *Deliverer) attempt(ctx context.Context, dl payment.WebhookDelivery, recorder chan<- toRecord) {
 	a := d.post(ctx, dl)
 	if ctx.Err() != nil && a.Error != "" {
 		return
@@ -300,14 +335,18 @@ func (d *Deliverer) attempt(ctx context.Context, dl payment.WebhookDelivery) {
 	} else {
 		d.Stats.Failed.Add(1)
 		a.RetryIn = d.opts.Backoff(dl.Attempt)
+		a.PauseFor = d.opts.EndpointPause(dl.EndpointFailures + 1)
 		d.log.Debug("webhooks: attempt failed", "endpoint", dl.EndpointID, "event", dl.EventID,
 			"attempt", dl.Attempt, "status", a.Status, "error", a.Error, "retry_in", a.RetryIn)
 	}
-	a.RetryFor = d.opts.RetryFor
-	state, err := d.record(ctx, dl, a)
-	if err != nil {
+	a.RetryFor, a.InFlightUpTo = d.opts.RetryFor, d.opts.PerEndpoint
+	done := make(chan recordedAs, 1)
+	recorder <- toRecord{payment.WebhookOutcome{Delivery: dl, Attempt: a}, done}
+	r := <-done
+	if r.err != nil {
 		return
 	}
+	state := r.state
 	if state == payment.DeliveryAbandoned {
 		d.Stats.Abandoned.Add(1)
 		d.log.Warn("webhooks: delivery abandoned after the retry period; endpoint disabled",
@@ -354,28 +393,80 @@ func (d *Deliverer) prune(ctx context.Context) {
 // no attempt from the record. Meanwhile the attempt holds its slot.
 const recordFor = time.Minute
 
-// record records the attempt, even if ctx ends meanwhile (it was made),
+// recordBatch bounds the attempts recorded in one transaction.
+const recordBatch = 256
+
+// toRecord is an attempt for the recorder, and where to say what became of
+// it.
+type toRecord struct {
+	outcome payment.WebhookOutcome
+	done    chan<- recordedAs
+}
+
+// recordedAs is the delivery's state after its attempt was recorded, or
+// why it could not be.
+type recordedAs struct {
+	state string
+	err   error
+}
+
+// recordLoop records the attempts it receives until in closes: all those
+// waiting at once in one transaction (up to recordBatch), so that
+// deliveries at the charge rate cost the database a commit per batch and
+// not per attempt, and an attempt waits for one transaction at most.
+func (d *Deliverer) recordLoop(ctx context.Context, in <-chan toRecord) {
+	var batch []toRecord
+	for first := range in {
+		batch = append(batch[:0], first)
+	more:
+		for len(batch) < recordBatch {
+			select {
+			case r, ok := <-in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		outcomes := make([]payment.WebhookOutcome, len(batch))
+		for i, r := range batch {
+			outcomes[i] = r.outcome
+		}
+		states, err := d.record(ctx, outcomes)
+		for i, r := range batch {
+			if err != nil {
+				r.done <- recordedAs{err: err}
+			} else {
+				r.done <- recordedAs{state: states[i]}
+			}
+		}
+	}
+}
+
+// record records the attempts, even if ctx ends meanwhile (they were made),
 // trying again with the service's backoff while the store fails, for
 // recordFor or until ctx ends. Each failure is logged as part of one
-// outage. The attempt's ID makes a repeat after a lost answer harmless.
-func (d *Deliverer) record(ctx context.Context, dl payment.WebhookDelivery, a payment.WebhookAttempt) (string, error) {
+// outage. The attempts' IDs make a repeat after a lost answer harmless.
+func (d *Deliverer) record(ctx context.Context, outcomes []payment.WebhookOutcome) ([]string, error) {
 	deadline := time.Now().Add(recordFor)
 	for try := 0; ; try++ {
 		recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		state, err := d.store.RecordAttempt(recordCtx, dl, a)
+		states, err := d.store.RecordAttempts(recordCtx, outcomes)
 		cancel()
 		if err == nil {
 			d.records.Succeeded()
-			return state, nil
+			return states, nil
 		}
 		d.records.Failed(err)
 		wait := retry.Default.Wait(try)
 		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
-			return "", err
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return "", err
+			return nil, err
 		case <-time.After(wait):
 		}
 	}
@@ -395,8 +486,9 @@ func (d *Deliverer) post(ctx context.Context, dl payment.WebhookDelivery) paymen
 	req.Header.Set(SignatureHeader, Sign(dl.Secret, start, dl.Body))
 	res, err := d.client.Do(req)
 	if err == nil {
-		// Read a little of the answer, so the connection can be used again.
-		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+		// Read a little of the answer, so the connection can be used
+		// again; a longer one closes it.
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, maxResponseBody))
 		_ = res.Body.Close()
 		a.Status = res.StatusCode
 	}
@@ -410,6 +502,9 @@ func (d *Deliverer) post(ctx context.Context, dl payment.WebhookDelivery) paymen
 // describe says why an attempt got no answer, for the merchant's record of
 // attempts: without the URL, which the record already names.
 func describe(err error, timeout time.Duration) string {
+	if strings.Contains(err.Error(), "server response headers exceeded") {
+		return fmt.Sprintf("answered with headers over %d KiB", maxResponseHeader>>10)
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
 		return "no answer within " + timeout.String()

@@ -14,7 +14,7 @@ import (
 	"github.com/exactlyonce/payments/internal/webhook"
 )
 
-// outageStore is the real store, with RecordAttempt failing as a failover
+// outageStore is the real store, with RecordAttempts failing as a failover
 // makes it fail: its first refuse calls fail without reaching the database,
 // and then, if lose is set, one call commits but its answer is lost.
 type outageStore struct {
@@ -25,7 +25,7 @@ type outageStore struct {
 	calls  int
 }
 
-func (s *outageStore) RecordAttempt(ctx context.Context, d payment.WebhookDelivery, a payment.WebhookAttempt) (string, error) {
+func (s *outageStore) RecordAttempts(ctx context.Context, outcomes []payment.WebhookOutcome) ([]string, error) {
 	s.mu.Lock()
 	s.calls++
 	refuse, lose := s.refuse > 0, s.refuse == 0 && s.lose
@@ -36,13 +36,13 @@ func (s *outageStore) RecordAttempt(ctx context.Context, d payment.WebhookDelive
 	}
 	s.mu.Unlock()
 	if refuse {
-		return "", fmt.Errorf("%w: connection refused (test)", payment.ErrUnavailable)
+		return nil, fmt.Errorf("%w: connection refused (test)", payment.ErrUnavailable)
 	}
-	state, err := s.Store.RecordAttempt(ctx, d, a)
+	states, err := s.Store.RecordAttempts(ctx, outcomes)
 	if lose && err == nil {
-		return "", fmt.Errorf("%w: the commit's answer was lost (test)", payment.ErrUnavailable)
+		return nil, fmt.Errorf("%w: the commit's answer was lost (test)", payment.ErrUnavailable)
 	}
-	return state, err
+	return states, err
 }
 
 // TestAttemptRecordedThroughAnOutage: an attempt made while the database
@@ -74,6 +74,6 @@ func TestAttemptRecordedThroughAnOutage(t *testing.T) {
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	if store.calls != 5 {
-		t.Errorf("RecordAttempt called %d times, want 5 (3 refused, 1 answer lost, 1 more)", store.calls)
+		t.Errorf("RecordAttempts called %d times, want 5 (3 refused, 1 answer lost, 1 more)", store.calls)
 	}
 }

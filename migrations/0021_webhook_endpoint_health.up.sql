@@ -1,0 +1,19 @@
+-- What the Deliverer has learnt of each endpoint (internal/postgres/deliveries.go,
+-- claimSQL and settleSQL), so that one that fails takes no more than it must
+-- of the replicas' attempts, and one that keeps up gets more of them.
+--
+-- failures         the failed attempts in a row since the last 2xx: while
+--                  above 0 the endpoint gets one attempt at a time, a probe,
+--                  whatever its bound, so an endpoint that hangs holds one
+--                  slot and not a slot per delivery due.
+-- paused_until     no attempt before it: set after each failure, from the
+--                  Deliverer's endpoint backoff, so the backlog of an
+--                  endpoint that is down waits for the probe instead of
+--                  being tried one delivery after the other.
+-- in_flight_limit  how many of its deliveries may be in flight at once, across
+--                  replicas: 4 at first, one more for each 2xx up to the
+--                  Deliverer's bound, and back to 4 after a failure.
+ALTER TABLE webhook_endpoints
+    ADD COLUMN failures        integer NOT NULL DEFAULT 0 CHECK (failures >= 0),
+    ADD COLUMN paused_until    timestamptz,
+    ADD COLUMN in_flight_limit integer NOT NULL DEFAULT 4 CHECK (in_flight_limit >= 1);
