@@ -54,7 +54,7 @@ func TestWebhooksSurviveCrashes(t *testing.T) {
 	// The killer: around each of kills evenly spaced points of the charges,
 	// wait until the receiver holds a request, then SIGKILL and restart. A
 	// kill leaves its claimed deliveries leased for 15 s, and they count
-	// against their endpoint's 4 in flight: the wait may be that long.
+	// against their endpoint's bound: the wait may be that long.
 	var done, heldAtKill atomic.Int64
 	killerErr := make(chan error, 1)
 	go func() {

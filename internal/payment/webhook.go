@@ -151,8 +151,9 @@ const (
 
 // FanOut is what one fan-out of events to webhook endpoints did.
 type FanOut struct {
-	// Created counts the deliveries it created.
-	Created int
+	// Created counts the deliveries it created, Leased those of them it
+	// leased to its caller.
+	Created, Leased int
 	// Again says to fan out again soon rather than at the next poll:
 	// another fan-out held the lock, or committed events of a merchant with
 	// a live endpoint wait above the event horizon, behind a transaction
@@ -162,6 +163,15 @@ type FanOut struct {
 	// Idle says that no endpoint is live and enabled anywhere: until one
 	// is, commits need no fan-out, and the poll's suffice.
 	Idle bool
+}
+
+// FanOutLease is what a fan-out may lease to the Deliverer that runs it of
+// the deliveries it creates, within the bounds a claim keeps: per endpoint
+// (its in-flight limit, at most PerEndpoint), per merchant, Total in all,
+// each for For. A zero Total leases none.
+type FanOutLease struct {
+	PerEndpoint, PerMerchant, Total int
+	For                             time.Duration
 }
 
 // WebhookDelivery is an event to POST to an endpoint, as a worker claimed

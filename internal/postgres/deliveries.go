@@ -32,6 +32,12 @@ func NewDeliveries(d *DB) *Deliveries { return &Deliveries{db: d.db} }
 func (s *Deliveries) WatchEvents() (<-chan struct{}, func()) { return s.watchEvents() }
 
 const (
+	// claimUnderFanOutSQL takes the fan-out's lock shared until the claim
+	// ends: a claim waits for a fan-out that leases (FanOutAndLease), and a
+	// fan-out finds the lock taken while claims run (and tries again soon),
+	// so each counts the leases of the other as committed.
+	claimUnderFanOutSQL = `SELECT pg_advisory_xact_lock_shared($1)`
+
 	// lockDueEndpointsSQL locks the live enabled endpoints that have a due
 	// delivery and are not paused after a failure, skipping those another
 	// claim holds: two claims never count and lease one endpoint's
@@ -57,9 +63,7 @@ WITH RECURSIVE pending AS (
         ORDER BY merchant_id, endpoint_id LIMIT 1
     ) next
 )
-SELECT e.merchant_id, e.id,
-       CASE WHEN e.failures > 0 THEN 1 ELSE least(e.in_flight_limit, $1) END,
-       e.failures, least(e.in_flight_limit, $1)
+SELECT e.merchant_id, e.id, CASE WHEN e.failures > 0 THEN 1 ELSE least(e.in_flight_limit, $1) END
 FROM pending p
 JOIN webhook_endpoints e ON e.merchant_id = p.merchant_id AND e.id = p.endpoint_id
 CROSS JOIN LATERAL (
@@ -119,7 +123,8 @@ WITH ep AS (
     WHERE (w.merchant_id, w.endpoint_id, w.event_id) = (fair.merchant_id, fair.endpoint_id, fair.event_id)
     RETURNING w.merchant_id, w.endpoint_id, w.event_id, w.attempts
 )
-SELECT l.merchant_id, l.endpoint_id, l.event_id, l.attempts + 1, e.url, e.secret, ev.type, ev.payload, ev.created_at
+SELECT l.merchant_id, l.endpoint_id, l.event_id, l.attempts + 1, e.url, e.secret, e.failures, least(e.in_flight_limit, $8),
+       ev.type, ev.payload, ev.created_at
 FROM leased l
 JOIN webhook_endpoints e ON e.merchant_id = l.merchant_id AND e.id = l.endpoint_id
 JOIN events ev ON ev.merchant_id = l.merchant_id AND ev.id = l.event_id`
@@ -139,53 +144,55 @@ func (s *Deliveries) ClaimDeliveries(ctx context.Context, perEndpoint, perMercha
 	var claimed []payment.WebhookDelivery
 	claim := payment.NewID()
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, claimUnderFanOutSQL, int64(fanOutLockKey)); err != nil {
+			return err
+		}
 		rows, _ := tx.Query(ctx, lockDueEndpointsSQL, perEndpoint)
 		var (
 			merchants, endpoints []pgtype.UUID
 			bounds               []int32
-			health               = map[pgtype.UUID][2]int{} // failures, in-flight limit
 		)
 		for rows.Next() {
 			var (
-				m, e                   pgtype.UUID
-				bound, failures, limit int32
+				m, e  pgtype.UUID
+				bound int32
 			)
-			if err := rows.Scan(&m, &e, &bound, &failures, &limit); err != nil {
+			if err := rows.Scan(&m, &e, &bound); err != nil {
 				rows.Close()
 				return err
 			}
 			merchants, endpoints, bounds = append(merchants, m), append(endpoints, e), append(bounds, bound)
-			health[e] = [2]int{int(failures), int(limit)}
 		}
 		if rows.Close(); rows.Err() != nil || len(endpoints) == 0 {
 			return rows.Err()
 		}
-		rows, _ = tx.Query(ctx, claimSQL, merchants, endpoints, bounds, perMerchant, total, lease, claim)
+		rows, _ = tx.Query(ctx, claimSQL, merchants, endpoints, bounds, perMerchant, total, lease, claim, perEndpoint)
 		var err error
-		claimed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (payment.WebhookDelivery, error) {
-			d := payment.WebhookDelivery{Claim: claim}
-			var (
-				e        payment.Event
-				endpoint pgtype.UUID
-			)
-			if err := row.Scan(&d.MerchantID, &endpoint, &d.EventID, &d.Attempt, &d.URL, &d.Secret,
-				&e.Type, &e.Data, &e.CreatedAt); err != nil {
-				return d, err
-			}
-			d.EndpointID = endpoint.Bytes
-			h := health[endpoint]
-			d.EndpointFailures, d.EndpointInFlight = h[0], h[1]
-			e.ID = d.EventID
-			body, err := json.Marshal(e)
-			d.Body = body
-			return d, err
-		})
+		claimed, err = pgx.CollectRows(rows, scanDelivery(claim))
 		return err
 	})
 	if err != nil {
 		return nil, asUnavailable(fmt.Errorf("claim webhook deliveries: %w", err))
 	}
 	return claimed, nil
+}
+
+// scanDelivery scans a row of claimSQL or leasedSQL, leased under claim:
+// the delivery with its endpoint, its health and its event, which it
+// marshals as /v1/events shows it.
+func scanDelivery(claim uuid.UUID) pgx.RowToFunc[payment.WebhookDelivery] {
+	return func(row pgx.CollectableRow) (payment.WebhookDelivery, error) {
+		d := payment.WebhookDelivery{Claim: claim}
+		var e payment.Event
+		if err := row.Scan(&d.MerchantID, &d.EndpointID, &d.EventID, &d.Attempt, &d.URL, &d.Secret,
+			&d.EndpointFailures, &d.EndpointInFlight, &e.Type, &e.Data, &e.CreatedAt); err != nil {
+			return d, err
+		}
+		e.ID = d.EventID
+		body, err := json.Marshal(e)
+		d.Body = body
+		return d, err
+	}
 }
 
 const (

@@ -165,3 +165,61 @@ FROM webhook_endpoints WHERE id = $1`, endpoint).Scan(&failures, &limit, &paused
 		t.Errorf("after an update: failures %d, limit %d, paused %v; want 0, 4, not paused", f, l, p)
 	}
 }
+
+// TestFanOutLeases: a fan-out leases its caller the deliveries it creates
+// within the bounds a claim keeps (each endpoint's in-flight limit, the
+// merchant's bound, the caller's free slots), none of an endpoint whose
+// attempts fail, and returns them ready to send; a claim then takes only
+// what is left within the bounds.
+func TestFanOutLeases(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgtest.NewDatabase(t))
+	acme, globex := newMerchant(t, s, "acme"), newMerchant(t, s, "globex")
+	healthy, failing := addEndpoint(t, s, acme, payment.AllEvents), addEndpoint(t, s, acme, payment.AllEvents)
+	wide := addEndpoint(t, s, globex, payment.AllEvents)
+	if _, err := s.Pool().Exec(ctx, `UPDATE webhook_endpoints SET failures = 1 WHERE id = $1`, failing); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE webhook_endpoints SET in_flight_limit = 32 WHERE id = $1`, wide); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		addEvent(t, s, acme, payment.EventChargeSucceeded)
+		addEvent(t, s, globex, payment.EventChargeSucceeded)
+	}
+	r, leased, err := s.FanOutAndLease(ctx, 100, payment.FanOutLease{PerEndpoint: 32, PerMerchant: 3, Total: 100, For: time.Minute})
+	if err != nil || r.Created != 30 || r.Leased != len(leased) {
+		t.Fatalf("FanOutAndLease = %+v, %d leased, %v; want 30 created, as many leased as returned", r, len(leased), err)
+	}
+	per := map[uuid.UUID]int{}
+	for _, d := range leased {
+		per[d.EndpointID]++
+		if d.Attempt != 1 || d.URL == "" || len(d.Body) == 0 || d.EndpointFailures != 0 {
+			t.Errorf("leased %+v, want attempt 1 with its endpoint and body", d)
+		}
+	}
+	// acme: its healthy endpoint's 4 would fit, but acme's bound is 3.
+	if per[healthy] != 3 || per[failing] != 0 || per[wide] != 3 {
+		t.Errorf("leased per endpoint: healthy %d, failing %d, globex's %d; want 3, 0, 3", per[healthy], per[failing], per[wide])
+	}
+	claimed, err := s.ClaimDeliveries(ctx, 32, 4, 100, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per = map[uuid.UUID]int{}
+	for _, d := range claimed {
+		per[d.EndpointID]++
+	}
+	if per[healthy]+per[failing] != 1 || per[failing] > 1 || per[wide] != 1 {
+		t.Errorf("then claimed per endpoint: healthy %d, failing %d, globex's %d; want one more each merchant, the failing at most its probe",
+			per[healthy], per[failing], per[wide])
+	}
+
+	// The caller's free slots bound it too.
+	for range 5 {
+		addEvent(t, s, globex, payment.EventChargeSucceeded)
+	}
+	if _, leased, err := s.FanOutAndLease(ctx, 100, payment.FanOutLease{PerEndpoint: 32, PerMerchant: 64, Total: 2, For: time.Minute}); err != nil || len(leased) != 2 {
+		t.Errorf("with 2 free slots leased %d, %v; want 2", len(leased), err)
+	}
+}

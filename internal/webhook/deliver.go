@@ -22,10 +22,11 @@ import (
 // Store is the delivery state the Deliverer works on, kept beside the
 // outbox; *postgres.Deliveries implements it (docs/webhooks.md).
 type Store interface {
-	// FanOut inserts the deliveries of up to batch new events per live
-	// endpoint and moves the endpoints' cursors, one fan-out at a time
-	// across replicas, and says what it did.
-	FanOut(ctx context.Context, batch int) (payment.FanOut, error)
+	// FanOutAndLease inserts the deliveries of up to batch new events per
+	// live endpoint and moves the endpoints' cursors, one fan-out at a time
+	// across replicas, leases the caller those of the new deliveries that
+	// lease allows, and says what it did.
+	FanOutAndLease(ctx context.Context, batch int, lease payment.FanOutLease) (payment.FanOut, []payment.WebhookDelivery, error)
 	// WatchEvents returns a channel that receives soon after this process
 	// commits events, and a func that ends the watch.
 	WatchEvents() (<-chan struct{}, func())
@@ -218,13 +219,6 @@ func (d *Deliverer) Run(ctx context.Context) {
 	defer wg.Wait()
 	for ctx.Err() == nil {
 		claimed, err := d.claim(ctx, cap(slots)-len(slots), &sched)
-		if err != nil {
-			if ctx.Err() != nil || !loop.Fail(ctx, err) {
-				return
-			}
-			continue
-		}
-		loop.Succeed()
 		for _, dl := range claimed {
 			slots <- struct{}{}
 			wg.Add(1)
@@ -238,6 +232,13 @@ func (d *Deliverer) Run(ctx context.Context) {
 				}
 			}()
 		}
+		if err != nil {
+			if ctx.Err() != nil || !loop.Fail(ctx, err) {
+				return
+			}
+			continue
+		}
+		loop.Succeed()
 		if sched.claimSoon && len(slots) < cap(slots) {
 			continue // more may be due now
 		}
@@ -296,27 +297,32 @@ func (s *schedule) wait(now time.Time, free int) time.Duration {
 	return max(wait, 0)
 }
 
-// claim fans new events out if a fan-out is due, then claims up to free due
-// deliveries if a claim is due (schedule).
+// claim fans new events out if a fan-out is due, leasing what it may of
+// the deliveries it creates, then claims up to the slots still free of the
+// due deliveries if a claim is due (schedule). It returns what it leased
+// even with the error of a claim that followed.
 func (d *Deliverer) claim(ctx context.Context, free int, s *schedule) ([]payment.WebhookDelivery, error) {
 	now := time.Now()
+	var leased []payment.WebhookDelivery
 	if !now.Before(s.nextFanOut()) {
-		r, err := d.store.FanOut(ctx, d.opts.FanOutBatch)
+		r, l, err := d.store.FanOutAndLease(ctx, d.opts.FanOutBatch, payment.FanOutLease{
+			PerEndpoint: d.opts.PerEndpoint, PerMerchant: d.opts.PerMerchant, Total: free, For: d.opts.Lease})
 		if err != nil {
 			return nil, err
 		}
+		leased, free = l, free-len(l)
 		s.fannedAt, s.fanSoon, s.idle = now, r.Again || r.Created > 0, r.Idle
-		s.claimSoon = s.claimSoon || r.Created > 0
+		s.claimSoon = s.claimSoon || r.Created > r.Leased
 	}
 	if !s.claimDue(now, free) {
-		return nil, nil
+		return leased, nil
 	}
 	claimed, err := d.store.ClaimDeliveries(ctx, d.opts.PerEndpoint, d.opts.PerMerchant, free, d.opts.Lease)
 	if err != nil {
-		return nil, err
+		return leased, err
 	}
 	s.claimedAt, s.claimSoon = now, len(claimed) > 0
-	return claimed, nil
+	return append(leased, claimed...), nil
 }
 
 // attempt POSTs one delivery and has the recorder record the attempt,

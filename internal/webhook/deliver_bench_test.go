@@ -25,8 +25,8 @@ import (
 
 // BenchmarkWebhookDelivery measures, on PostgreSQL and a receiver on a
 // loopback port that answers 204 at once, with a Deliverer as serve runs it
-// (its defaults: woken by the store's commits, 1 s poll, 4 in flight per
-// endpoint, 32 in all):
+// (its defaults: woken by the store's commits, 1 s poll, up to 32 in flight per
+// endpoint, 64 per merchant, 256 in all):
 //
 //   - deliveries/s: b.N events committed before the Deliverer starts, until
 //     every one was acknowledged by one endpoint;
