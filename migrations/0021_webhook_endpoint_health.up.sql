@@ -17,3 +17,14 @@ ALTER TABLE webhook_endpoints
     ADD COLUMN failures        integer NOT NULL DEFAULT 0 CHECK (failures >= 0),
     ADD COLUMN paused_until    timestamptz,
     ADD COLUMN in_flight_limit integer NOT NULL DEFAULT 4 CHECK (in_flight_limit >= 1);
+
+-- The leased deliveries, which claims and fan-outs count per endpoint and
+-- per merchant against those bounds, now with their lease's end: the count
+-- of the unexpired ones (lease_until > now()) is then a range of this
+-- index alone. Without the column, the planner of a new database (no
+-- statistics yet) counted through webhook_deliveries_due, reading every
+-- pending delivery of the merchant once per delivery a fan-out leased: 44 ms
+-- of a 69 ms fan-out with 459 pending, under the bench's load.
+DROP INDEX webhook_deliveries_leased;
+CREATE INDEX webhook_deliveries_leased ON webhook_deliveries (merchant_id, endpoint_id, lease_until)
+    WHERE state = 'pending' AND lease_until IS NOT NULL;

@@ -90,7 +90,7 @@ FOR NO KEY UPDATE OF e SKIP LOCKED`
 	claimSQL = `
 WITH ep AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[]) AS e(merchant_id, id, bound)
-), merchant_room AS (
+), merchant_room AS MATERIALIZED (
     SELECT m.merchant_id, greatest($4 - (
         SELECT count(*) FROM webhook_deliveries y
         WHERE y.merchant_id = m.merchant_id AND y.state = 'pending'

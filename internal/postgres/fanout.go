@@ -40,7 +40,7 @@ WITH batch AS (
 ), wanted AS (
     SELECT merchant_id, endpoint_id, event_id, tx_id, seq FROM batch
     WHERE '*' = ANY (subscribed) OR type = ANY (subscribed)
-), room AS (
+), room AS MATERIALIZED (
     SELECT e.merchant_id, e.id AS endpoint_id, greatest(least(e.in_flight_limit, $3) - (
         SELECT count(*) FROM webhook_deliveries y
         WHERE y.merchant_id = e.merchant_id AND y.endpoint_id = e.id AND y.state = 'pending'
@@ -48,7 +48,7 @@ WITH batch AS (
     FROM webhook_endpoints e
     WHERE $5 > 0 AND (e.merchant_id, e.id) IN (SELECT merchant_id, endpoint_id FROM wanted)
       AND e.failures = 0 AND (e.paused_until IS NULL OR e.paused_until <= now())
-), merchant_room AS (
+), merchant_room AS MATERIALIZED (
     SELECT m.merchant_id, greatest($4 - (
         SELECT count(*) FROM webhook_deliveries y
         WHERE y.merchant_id = m.merchant_id AND y.state = 'pending'

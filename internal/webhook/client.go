@@ -45,8 +45,8 @@ func NewClient(allowPrivate bool, timeout time.Duration) *http.Client {
 		Transport: &http.Transport{
 			DialContext:            dialer.DialContext,
 			ForceAttemptHTTP2:      true,
-			MaxIdleConns:           512,
-			MaxIdleConnsPerHost:    64, // an endpoint that keeps up has up to 32 in flight
+			MaxIdleConns:           1024,
+			MaxIdleConnsPerHost:    128, // an endpoint that keeps up has up to 128 in flight
 			IdleConnTimeout:        90 * time.Second,
 			MaxResponseHeaderBytes: maxResponseHeader,
 			TLSHandshakeTimeout:    timeout,

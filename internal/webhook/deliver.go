@@ -67,12 +67,12 @@ type Options struct {
 	// Timeout bounds an attempt (default DefaultTimeout, 10 s).
 	Timeout time.Duration
 	// PerEndpoint bounds the attempts in flight to one endpoint, across
-	// replicas (default 32): an endpoint starts at 4, gains one for each
-	// 2xx up to this bound, is halved by a failure, and while its attempts
-	// fail gets one at a time. PerMerchant bounds those to one merchant's
-	// endpoints, across replicas (default 64, and at most half InFlight),
-	// so that others always find free slots; InFlight bounds those of this
-	// Deliverer (default 256).
+	// replicas, from their lease to their record (default 128): an endpoint
+	// starts at 4, gains one for each 2xx up to this bound, is halved by a
+	// failure, and while its attempts fail gets one at a time. PerMerchant
+	// bounds those of one merchant's endpoints, across replicas (default
+	// 256, and at most half InFlight), so that others always find free
+	// slots; InFlight bounds those of this Deliverer (default 512).
 	PerEndpoint int
 	PerMerchant int
 	InFlight    int
@@ -117,13 +117,13 @@ func (o Options) withDefaults() Options {
 		o.Timeout = DefaultTimeout
 	}
 	if o.PerEndpoint <= 0 {
-		o.PerEndpoint = 32
+		o.PerEndpoint = 128
 	}
 	if o.InFlight <= 0 {
-		o.InFlight = 256
+		o.InFlight = 512
 	}
 	if o.PerMerchant <= 0 {
-		o.PerMerchant = 64
+		o.PerMerchant = 256
 	}
 	o.PerMerchant = max(min(o.PerMerchant, o.InFlight/2), 1)
 	if o.Lease <= 0 {
