@@ -28,3 +28,13 @@ ALTER TABLE webhook_endpoints
 DROP INDEX webhook_deliveries_leased;
 CREATE INDEX webhook_deliveries_leased ON webhook_deliveries (merchant_id, endpoint_id, lease_until)
     WHERE state = 'pending' AND lease_until IS NOT NULL;
+
+-- No foreign key from deliveries and attempts to their endpoint. Endpoints
+-- are never deleted (deleted_at marks them), and only the fan-out, from a
+-- live endpoint's row, and the record of a claimed delivery insert these
+-- rows; the key's check cost every inserted row a FOR KEY SHARE lock on its
+-- endpoint's row, which one endpoint's deliveries at the charge rate took
+-- from the fan-out's and the records' transactions at once: a WAL record
+-- each, and a multixact when two held it.
+ALTER TABLE webhook_deliveries DROP CONSTRAINT webhook_deliveries_merchant_id_endpoint_id_fkey;
+ALTER TABLE webhook_attempts DROP CONSTRAINT webhook_attempts_merchant_id_endpoint_id_fkey;

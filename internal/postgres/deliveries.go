@@ -311,9 +311,12 @@ func (s *Deliveries) RecordAttempts(ctx context.Context, outcomes []payment.Webh
 	return states, nil
 }
 
-// attemptBatch is RecordAttempts' statements' arguments, column by column.
+// attemptBatch is RecordAttempts' statements' arguments, column by column;
+// the ids as pgtype.UUID, which pgx sends as they are (a uuid.UUID goes
+// through its driver.Valuer, a string: most of the CPU the recorder spent
+// in pgx under the bench's load).
 type attemptBatch struct {
-	merchants, endpoints, ids, eventIDs, claims []uuid.UUID
+	merchants, endpoints, ids, eventIDs, claims []pgtype.UUID
 	at                                          []time.Time
 	status                                      []pgtype.Int4
 	errText                                     []pgtype.Text
@@ -321,32 +324,33 @@ type attemptBatch struct {
 	delivered                                   []bool
 	retryIn, retryFor                           []int64
 	health                                      endpointHealth
-	index                                       map[[3]uuid.UUID]int // a delivery's place in outcomes
+	index                                       map[[3]pgtype.UUID]int // a delivery's place in outcomes
 }
 
 // endpointHealth is healthSQL's arguments: per endpoint whose health the
 // batch changes, its 2xx and failures, the longest pause and the bound.
 type endpointHealth struct {
-	merchants, endpoints []uuid.UUID
+	merchants, endpoints []pgtype.UUID
 	delivered, failed    []int32
 	pause                []int64
 	upTo                 []int32
 }
 
 func newAttemptBatch(outcomes []payment.WebhookOutcome) *attemptBatch {
-	b := &attemptBatch{index: make(map[[3]uuid.UUID]int, len(outcomes))}
-	at := map[[2]uuid.UUID]int{} // an endpoint's place in b.health
+	b := &attemptBatch{index: make(map[[3]pgtype.UUID]int, len(outcomes))}
+	at := map[[2]pgtype.UUID]int{} // an endpoint's place in b.health
 	for i, o := range outcomes {
 		d, a := o.Delivery, o.Attempt
 		if a.ID == uuid.Nil {
 			a.ID = payment.NewID()
 		}
 		code, errText := attemptResult(a)
-		b.merchants = append(b.merchants, d.MerchantID)
-		b.endpoints = append(b.endpoints, d.EndpointID)
-		b.ids = append(b.ids, a.ID)
-		b.eventIDs = append(b.eventIDs, d.EventID)
-		b.claims = append(b.claims, d.Claim)
+		merchant, endpoint, eventID := pgUUID(d.MerchantID), pgUUID(d.EndpointID), pgUUID(d.EventID)
+		b.merchants = append(b.merchants, merchant)
+		b.endpoints = append(b.endpoints, endpoint)
+		b.ids = append(b.ids, pgUUID(a.ID))
+		b.eventIDs = append(b.eventIDs, eventID)
+		b.claims = append(b.claims, pgUUID(d.Claim))
 		b.at = append(b.at, a.At)
 		b.status = append(b.status, pgtype.Int4{Int32: int32(deref(code)), Valid: code != nil})
 		b.errText = append(b.errText, pgtype.Text{String: deref(errText), Valid: errText != nil})
@@ -354,19 +358,19 @@ func newAttemptBatch(outcomes []payment.WebhookOutcome) *attemptBatch {
 		b.delivered = append(b.delivered, a.Delivered())
 		b.retryIn = append(b.retryIn, a.RetryIn.Milliseconds())
 		b.retryFor = append(b.retryFor, a.RetryFor.Milliseconds())
-		b.index[[3]uuid.UUID{d.MerchantID, d.EndpointID, d.EventID}] = i
+		b.index[[3]pgtype.UUID{merchant, endpoint, eventID}] = i
 
 		// A 2xx of a healthy endpoint at its bound changes nothing.
 		if a.Delivered() && d.EndpointFailures == 0 && d.EndpointInFlight >= a.InFlightUpTo {
 			continue
 		}
-		key := [2]uuid.UUID{d.MerchantID, d.EndpointID}
+		key := [2]pgtype.UUID{merchant, endpoint}
 		j, ok := at[key]
 		if !ok {
 			j = len(b.health.endpoints)
 			at[key] = j
 			h := &b.health
-			h.merchants, h.endpoints = append(h.merchants, d.MerchantID), append(h.endpoints, d.EndpointID)
+			h.merchants, h.endpoints = append(h.merchants, merchant), append(h.endpoints, endpoint)
 			h.delivered, h.failed = append(h.delivered, 0), append(h.failed, 0)
 			h.pause, h.upTo = append(h.pause, 0), append(h.upTo, int32(max(a.InFlightUpTo, 1)))
 		}
@@ -403,10 +407,10 @@ func (b *attemptBatch) record(ctx context.Context, tx pgx.Tx, states []string, e
 	}
 	rows, _ := tx.Query(ctx, settleSQL, b.merchants, b.endpoints, b.eventIDs, b.claims,
 		b.at, b.delivered, b.retryIn, b.retryFor)
-	var abandoned [][2]uuid.UUID
+	var abandoned [][2]pgtype.UUID
 	for rows.Next() {
 		var (
-			key   [3]uuid.UUID
+			key   [3]pgtype.UUID
 			state string
 		)
 		if err := rows.Scan(&key[0], &key[1], &key[2], &state); err != nil {
@@ -415,7 +419,7 @@ func (b *attemptBatch) record(ctx context.Context, tx pgx.Tx, states []string, e
 		}
 		states[b.index[key]] = state
 		if state == payment.DeliveryAbandoned {
-			abandoned = append(abandoned, [2]uuid.UUID{key[0], key[1]})
+			abandoned = append(abandoned, [2]pgtype.UUID{key[0], key[1]})
 		}
 	}
 	if rows.Close(); rows.Err() != nil {
@@ -427,7 +431,7 @@ func (b *attemptBatch) record(ctx context.Context, tx pgx.Tx, states []string, e
 		}
 	}
 	for _, e := range abandoned {
-		if err := disableEndpoint(ctx, tx, e[0], e[1], events); err != nil {
+		if err := disableEndpoint(ctx, tx, e[0].Bytes, e[1].Bytes, events); err != nil {
 			return err
 		}
 	}
