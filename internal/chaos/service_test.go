@@ -245,6 +245,16 @@ func (s *service) stop() {
 	}
 }
 
+// pid is the process id of the running service, 0 when it is not running.
+func (s *service) pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // restart kills the service and starts it again.
 func (s *service) restart() error {
 	s.kill()

@@ -81,9 +81,16 @@ func (r *hookReceiver) requests(path string) []hookRequest {
 // server is closed, or the test ends.
 func (r *hookReceiver) listen(t *testing.T, addr string) *httptest.Server {
 	t.Helper()
+	return serveOn(t, addr, r)
+}
+
+// serveOn serves h on addr ("127.0.0.1:0" for any port) until the returned
+// server is closed, or the test ends.
+func serveOn(t *testing.T, addr string, h http.Handler) *httptest.Server {
+	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	must(t, err, "listen on %s", addr)
-	srv := httptest.NewUnstartedServer(r)
+	srv := httptest.NewUnstartedServer(h)
 	_ = srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
