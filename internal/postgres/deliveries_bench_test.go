@@ -38,12 +38,12 @@ FROM generate_series(1, 50000)`, acme); err != nil {
 	if _, err := s.Pool().Exec(ctx, `ANALYZE webhook_deliveries`); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := s.ClaimDeliveries(ctx, 4, 3, 3, time.Hour); err != nil {
+	if _, err := s.ClaimDeliveries(ctx, 4, 64, 3, time.Hour); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for range b.N {
-		claimed, err := s.ClaimDeliveries(ctx, 4, 1, 1, time.Minute)
+		claimed, err := s.ClaimDeliveries(ctx, 4, 64, 1, time.Minute)
 		if err != nil || len(claimed) != 1 {
 			b.Fatalf("claimed %d, %v", len(claimed), err)
 		}
