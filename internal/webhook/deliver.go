@@ -86,9 +86,9 @@ type Options struct {
 	// FanOutEvery is the least time between two fan-outs (default 50 ms):
 	// events committed in this process wake the Deliverer, and under load
 	// one fan-out covers the commits of that while. Each reads the event
-	// horizon (1.3 ms of the database's time under the bench's load): at
-	// 20 ms, fan-outs took twice the database time per delivery for 20 ms
-	// less delay.
+	// horizon (about 1.3 ms of the database's time under the bench's load):
+	// at 20 ms, a 10 s round of the bench ran 471 fan-outs where 219 did the
+	// same at 50 ms.
 	FanOutEvery time.Duration
 	// Poll is how often it looks for new events and due retries when
 	// nothing woke it (default 1 s): events other processes committed wait
