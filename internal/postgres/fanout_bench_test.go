@@ -1,0 +1,61 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit/webhooktest"
+)
+
+// BenchmarkFanOutIdleEndpoints is one fan-out round that finds one new event
+// for one active endpoint, beside 0 or 16,000 live enabled endpoints (1,000
+// merchants with 16 each) whose merchants write nothing: what the idle
+// endpoints add to each round. The event is written outside the timer.
+//
+//	go test -run '^$' -bench FanOutIdleEndpoints -count 6 ./internal/postgres/
+func BenchmarkFanOutIdleEndpoints(b *testing.B) {
+	for _, idle := range []int{0, 16000} {
+		b.Run(fmt.Sprintf("idle=%d", idle), func(b *testing.B) {
+			ctx := context.Background()
+			s := openStore(b, pgtest.NewDatabase(b))
+			acme := newMerchant(b, s, "acme")
+			addEndpoint(b, s, acme, payment.AllEvents)
+			if _, err := s.Pool().Exec(ctx, `
+WITH m AS (
+    INSERT INTO merchants (id, name)
+    SELECT gen_random_uuid(), 'idle ' || n FROM generate_series(1, $1::int / 16) n
+    RETURNING id
+)
+INSERT INTO webhook_endpoints (merchant_id, id, url, events, secret, cursor_tx)
+SELECT m.id, gen_random_uuid(), 'https://example.com/hook', '{*}', 'whsec_' || gen_random_uuid(), h.horizon
+FROM m, generate_series(1, 16), payments_event_horizon() h`, idle); err != nil {
+				b.Fatal(err)
+			}
+			// Settle: whatever a first round does once for new endpoints.
+			for {
+				r, err := s.FanOut(ctx, 100)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !r.Again && r.Created == 0 {
+					break
+				}
+			}
+			if _, err := s.Pool().Exec(ctx, `ANALYZE`); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				webhooktest.AddEvent(b, s.Pool(), acme, payment.EventChargeSucceeded)
+				b.StartTimer()
+				if r, err := s.FanOut(ctx, 100); err != nil || r.Created != 1 {
+					b.Fatalf("FanOut = %+v, %v; want 1 created", r, err)
+				}
+			}
+		})
+	}
+}
