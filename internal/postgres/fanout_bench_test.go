@@ -3,7 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -17,6 +22,9 @@ import (
 // endpoints add to each round. The event is written outside the timer.
 //
 //	go test -run '^$' -bench FanOutIdleEndpoints -count 6 ./internal/postgres/
+//
+// With FANOUT_EXPLAIN=1 it logs, after the timed rounds, the plan of one more
+// round as FanOut runs it (EXPLAIN (ANALYZE, BUFFERS), rolled back).
 func BenchmarkFanOutIdleEndpoints(b *testing.B) {
 	for _, idle := range []int{0, 16000} {
 		b.Run(fmt.Sprintf("idle=%d", idle), func(b *testing.B) {
@@ -64,6 +72,37 @@ WHERE m.name LIKE 'idle %'`, idle); err != nil {
 					b.Fatalf("FanOut = %+v, %v; want 1 created", r, err)
 				}
 			}
+			if os.Getenv("FANOUT_EXPLAIN") != "" {
+				b.StopTimer()
+				explainFanOut(b, s, acme)
+			}
 		})
 	}
+}
+
+// explainFanOut logs EXPLAIN (ANALYZE, BUFFERS) of a round that finds one new
+// event of the merchant's, in a transaction set up as FanOut's, rolled back.
+func explainFanOut(b *testing.B, s *Store, merchant uuid.UUID) {
+	b.Helper()
+	ctx := context.Background()
+	webhooktest.AddEvent(b, s.Pool(), merchant, payment.EventChargeSucceeded)
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // nothing to keep
+	h, err := eventHorizon(ctx, tx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, fanOutPlanSQL); err != nil {
+		b.Fatal(err)
+	}
+	rows, _ := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+fanOutSQL,
+		pgx.NamedArgs{"horizon": h.xid, "batch": 100, "scan": fanOutScan})
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Log("\n" + strings.Join(plan, "\n"))
 }
