@@ -90,7 +90,7 @@ func explainFanOut(b *testing.B, s *Store, merchant uuid.UUID) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // nothing to keep
+	defer tx.Rollback(ctx) // nothing to keep
 	h, err := eventHorizon(ctx, tx)
 	if err != nil {
 		b.Fatal(err)
