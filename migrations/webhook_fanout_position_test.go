@@ -8,14 +8,18 @@ import (
 	"github.com/exactlyonce/payments/migrations"
 )
 
-// TestWebhookFanOutPositionRoundTrip migrates from 0019 to 0020: every
-// endpoint starts behind, and the position starts past every event committed
-// before and at or below the event horizon; enabling an endpoint flags it
+// TestWebhookFanOutPositionRoundTrip migrates to 0022 from the migration
+// before it: every endpoint starts behind, and the position starts past every
+// event committed before and at or below the event horizon; enabling an endpoint flags it
 // behind, and nothing else does. The way back drops the position, the flag
-// and the trigger, and 0020 applies again after it.
+// and the trigger, and 0022 applies again after it.
 func TestWebhookFanOutPositionRoundTrip(t *testing.T) {
 	dbURL := emptyDatabase(t)
-	if err := migrations.UpFrom(dbURL, migrationsBefore(t, 20)); err != nil {
+	if err := migrations.UpFrom(dbURL, migrationsBefore(t, 22)); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := migrations.Version(dbURL)
+	if err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(t.Context(), dbURL)
@@ -51,16 +55,16 @@ SELECT ` + m + `, ('00000000-0000-0000-0000-0000000000e' || n)::uuid, 'https://e
        CASE WHEN n = 2 THEN 'disabled' ELSE 'enabled' END, CASE WHEN n = 3 THEN now() END
 FROM payments_event_horizon(), generate_series(1, 3) n`)
 
-	if err := migrations.UpFrom(dbURL, migrationsBefore(t, 21)); err != nil {
+	if err := migrations.UpFrom(dbURL, migrationsBefore(t, 23)); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := flags(), "e1=true e2=true e3=true"; got != want {
-		t.Errorf("after 0020: %s, want %s", got, want)
+		t.Errorf("after 0022: %s, want %s", got, want)
 	}
 	if got := query(`SELECT ((SELECT (tx_id, seq) FROM webhook_fanout_position) > (e.tx_id, e.seq)
     AND (SELECT (tx_id, seq) FROM webhook_fanout_position) <= (h.horizon, 0))::text
 FROM events e, payments_event_horizon() h`); got != "true" {
-		t.Errorf("the position is not past the event committed before 0020 and at or below the horizon")
+		t.Errorf("the position is not past the event committed before 0022 and at or below the horizon")
 	}
 
 	exec(`UPDATE webhook_endpoints SET behind = false`)
@@ -78,8 +82,8 @@ FROM events e, payments_event_horizon() h`); got != "true" {
 	if err := migrations.Down(dbURL); err != nil {
 		t.Fatal(err)
 	}
-	if v, dirty, err := migrations.Version(dbURL); err != nil || v != 19 || dirty {
-		t.Fatalf("after migrating back: version %d, dirty %t, %v; want 19, clean", v, dirty, err)
+	if v, dirty, err := migrations.Version(dbURL); err != nil || v != before || dirty {
+		t.Fatalf("after migrating back: version %d, dirty %t, %v; want %d, clean", v, dirty, err, before)
 	}
 	if got := query(`SELECT (to_regclass('webhook_fanout_position') IS NULL
     AND to_regprocedure('webhook_endpoint_enabled()') IS NULL
@@ -92,6 +96,6 @@ FROM events e, payments_event_horizon() h`); got != "true" {
 		t.Fatal(err)
 	}
 	if got, want := flags(), "e1=true e2=true e3=true"; got != want {
-		t.Errorf("after 0020 again: %s, want %s", got, want)
+		t.Errorf("after 0022 again: %s, want %s", got, want)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // fanOutLockKey is the advisory lock that lets one fan-out run at a time.
 const fanOutLockKey = 0x7061796d_7768666f // "paymwhfo"
 
-// A round of the fan-out, and why it reads no idle endpoint (migration 0020).
+// A round of the fan-out, and why it reads no idle endpoint (migration 0022).
 // It reads the first fanOutScan events after the fan-out's position and below
 // the event horizon (read by the statement before: horizon.go), in feed
 // order, and fans out to the live enabled endpoints of the merchants it found
@@ -22,7 +22,7 @@ const fanOutLockKey = 0x7061796d_7768666f // "paymwhfo"
 //	every live enabled endpoint not flagged behind has fanned out all its
 //	merchant's events up to the position.
 //
-// An endpoint is created behind, and enabling one flags it (migration 0020's
+// An endpoint is created behind, and enabling one flags it (migration 0022's
 // trigger): a round running meanwhile neither sees it nor waits for it, and
 // may move the position over its first events. A round fans an endpoint out
 // from its cursor as the feed pages, up to a batch of its merchant's events

@@ -35,7 +35,7 @@ var undistributed = map[string]struct {
 	// Feed order is by transaction id, which is per node: on Citus each
 	// worker group would have its relay and its own row (see docs/scaling.md).
 	"outbox_cursor": {"local", "the relay's position in feed order, one row per relay; per worker group on Citus"},
-	// The webhook fan-out's position in feed order (migration 0020), one
+	// The webhook fan-out's position in feed order (migration 0022), one
 	// row, written by the round that holds the fan-out's lock. Like
 	// outbox_cursor: feed order is by transaction id, which is per node, so
 	// each worker group would keep its own (see docs/scaling.md).

@@ -208,7 +208,7 @@ FOR NO KEY UPDATE`
 	// updateEndpointSQL writes an endpoint's url, events and status, and,
 	// when $6 is not null, moves its cursor to ($6, 0): the event horizon
 	// read by the statement before (horizon.go), as a new endpoint's starts.
-	// Enabling flags it behind, as a new endpoint starts: migration 0020's
+	// Enabling flags it behind, as a new endpoint starts: migration 0022's
 	// trigger does, for every release that enables one (fanout.go).
 	updateEndpointSQL = `UPDATE webhook_endpoints SET url = $3, events = $4, status = $5,
     cursor_tx = coalesce($6::xid8, cursor_tx),
