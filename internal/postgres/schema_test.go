@@ -35,6 +35,11 @@ var undistributed = map[string]struct {
 	// Feed order is by transaction id, which is per node: on Citus each
 	// worker group would have its relay and its own row (see docs/scaling.md).
 	"outbox_cursor": {"local", "the relay's position in feed order, one row per relay; per worker group on Citus"},
+	// The webhook fan-out's position in feed order (migration 0022), one
+	// row, written by the round that holds the fan-out's lock. Like
+	// outbox_cursor: feed order is by transaction id, which is per node, so
+	// each worker group would keep its own (see docs/scaling.md).
+	"webhook_fanout_position": {"local", "the webhook fan-out's position in feed order, one row; per worker group on Citus"},
 	// golang-migrate's bookkeeping (version, dirty), one row. Migrations run
 	// against the coordinator, and nothing of the service reads it.
 	"schema_migrations": {"local", "golang-migrate's version row, read only by migrate on the coordinator"},

@@ -30,7 +30,9 @@ const (
 	countLiveEndpointsSQL = `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1 AND deleted_at IS NULL`
 
 	// insertEndpointSQL starts the endpoint's cursor at the event horizon
-	// (horizon.go): it receives the events from its creation on.
+	// (horizon.go): it receives the events from its creation on. It starts
+	// behind (the column's default), so the fan-out reads it from its
+	// cursor, whatever a round running meanwhile did (fanout.go).
 	insertEndpointSQL = `
 INSERT INTO webhook_endpoints (merchant_id, id, url, events, secret, cursor_tx, cursor_seq)
 SELECT $1, $2, $3, $4, $5, h.horizon, 0 FROM payments_event_horizon() h
@@ -208,6 +210,8 @@ FOR NO KEY UPDATE`
 	// read by the statement before (horizon.go), as a new endpoint's starts.
 	// It forgets what the Deliverer learnt of the endpoint (migration 0021):
 	// a merchant who fixed it gets its next attempt at once.
+	// Enabling flags it behind, as a new endpoint starts: migration 0022's
+	// trigger does, for every release that enables one (fanout.go).
 	updateEndpointSQL = `UPDATE webhook_endpoints SET url = $3, events = $4, status = $5,
     failures = 0, paused_until = NULL, in_flight_limit = DEFAULT,
     cursor_tx = coalesce($6::xid8, cursor_tx),
