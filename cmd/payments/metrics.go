@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -115,16 +114,13 @@ func consumerMetrics(m *metrics.Metrics, c *consumer.Consumer) {
 
 // webhookLag registers the webhook delivery-lag histogram on m and returns
 // the Deliverer's OnDelivered, which observes it: from the created_at of the
-// event the delivery carries (its body is the event as /v1/events shows it;
-// the database's clock) to the answer (this process's clock).
+// event the delivery carries (the database's clock) to the answer (this
+// process's clock).
 func webhookLag(m *metrics.Metrics) func(payment.WebhookDelivery, time.Time) {
 	lag := m.WebhookLag()
 	return func(d payment.WebhookDelivery, answered time.Time) {
-		var e struct {
-			CreatedAt time.Time `json:"created_at"`
-		}
-		if json.Unmarshal(d.Body, &e) == nil && !e.CreatedAt.IsZero() {
-			lag.Delivered(answered.Sub(e.CreatedAt), d.Attempt)
+		if !d.EventCreatedAt.IsZero() {
+			lag.Delivered(answered.Sub(d.EventCreatedAt), d.Attempt)
 		}
 	}
 }

@@ -184,6 +184,9 @@ type WebhookDelivery struct {
 	Secret     string
 	// Body is the event as /v1/events shows it (Event's MarshalJSON).
 	Body []byte
+	// EventCreatedAt is the event's created_at, as in Body (the metrics'
+	// delivery lag counts from it).
+	EventCreatedAt time.Time
 	// Attempt is this attempt's number, 1 for the first.
 	Attempt int
 	// Claim is the claim's token.

@@ -183,12 +183,15 @@ func (s *Deliveries) ClaimDeliveries(ctx context.Context, perEndpoint, perMercha
 func scanDelivery(claim uuid.UUID) pgx.RowToFunc[payment.WebhookDelivery] {
 	return func(row pgx.CollectableRow) (payment.WebhookDelivery, error) {
 		d := payment.WebhookDelivery{Claim: claim}
-		var e payment.Event
+		var (
+			e       payment.Event
+			payload []byte // as stored: scanned into a json.RawMessage, it is parsed once more
+		)
 		if err := row.Scan(&d.MerchantID, &d.EndpointID, &d.EventID, &d.Attempt, &d.URL, &d.Secret,
-			&d.EndpointFailures, &d.EndpointInFlight, &e.Type, &e.Data, &e.CreatedAt); err != nil {
+			&d.EndpointFailures, &d.EndpointInFlight, &e.Type, &payload, &e.CreatedAt); err != nil {
 			return d, err
 		}
-		e.ID = d.EventID
+		e.ID, e.Data, d.EventCreatedAt = d.EventID, payload, e.CreatedAt
 		body, err := json.Marshal(e)
 		d.Body = body
 		return d, err

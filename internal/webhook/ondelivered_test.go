@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"sync"
 	"testing"
@@ -61,6 +62,12 @@ func TestOnDelivered(t *testing.T) {
 		}
 		if c.answered.Before(began) || c.answered.After(time.Now()) {
 			t.Errorf("call %d: answered at %v, outside the test (%v to now)", i+1, c.answered, began)
+		}
+		var body struct {
+			CreatedAt time.Time `json:"created_at"`
+		}
+		if err := json.Unmarshal(c.d.Body, &body); err != nil || !c.d.EventCreatedAt.Equal(body.CreatedAt) || body.CreatedAt.IsZero() {
+			t.Errorf("call %d: EventCreatedAt %v, the body's created_at %v (%v); want the same", i+1, c.d.EventCreatedAt, body.CreatedAt, err)
 		}
 	}
 }
