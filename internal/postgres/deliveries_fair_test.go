@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,28 +41,7 @@ func TestClaimsTakeTurnsAcrossMerchants(t *testing.T) {
 		t.Errorf("the first claim of 5 took %v of %d; want globex's 1 and 4 of acme's", per, len(first))
 	}
 
-	var (
-		start = make(chan struct{})
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		got   = first
-	)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			ds, err := s.ClaimDeliveries(ctx, 32, perMerchant, 100, time.Minute)
-			if err != nil {
-				t.Error(err)
-			}
-			mu.Lock()
-			got = append(got, ds...)
-			mu.Unlock()
-		}()
-	}
-	close(start)
-	wg.Wait()
+	got := append(first, claimAtOnce(t, s, 8, 32, perMerchant)...)
 	if per := perMerchantCount(got); per[acme] != perMerchant || per[globex] != 1 {
 		t.Errorf("leased per merchant %v; want acme at its bound %d and globex 1", per, perMerchant)
 	}

@@ -150,6 +150,35 @@ WHERE e.id = $1 AND (e.cursor_tx, e.cursor_seq) <> (ev.tx_id, ev.seq)`, charges,
 	}
 }
 
+// claimAtOnce releases claimers goroutines at once, each claiming up to 100
+// deliveries within the bounds, and returns all they claimed.
+func claimAtOnce(t *testing.T, s *Store, claimers, perEndpoint, perMerchant int) []payment.WebhookDelivery {
+	t.Helper()
+	var (
+		start = make(chan struct{})
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		got   []payment.WebhookDelivery
+	)
+	for range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ds, err := s.ClaimDeliveries(context.Background(), perEndpoint, perMerchant, 100, time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			got = append(got, ds...)
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return got
+}
+
 // TestClaimDeliveries: claims at once never take one delivery twice, nor an
 // endpoint's deliveries beyond its bound; a claim returns the event as the
 // feed shows it and the attempt's number; a settled delivery frees its slot.
@@ -165,29 +194,8 @@ func TestClaimDeliveries(t *testing.T) {
 		t.Fatalf("FanOut = %d, %v; want 20", n, err)
 	}
 
-	const claimers, perEndpoint = 8, 3
-	var (
-		start = make(chan struct{})
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		got   []payment.WebhookDelivery
-	)
-	for range claimers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			ds, err := s.ClaimDeliveries(ctx, perEndpoint, 100, 100, time.Minute)
-			if err != nil {
-				t.Error(err)
-			}
-			mu.Lock()
-			got = append(got, ds...)
-			mu.Unlock()
-		}()
-	}
-	close(start)
-	wg.Wait()
+	const perEndpoint = 3
+	got := claimAtOnce(t, s, 8, perEndpoint, 100)
 	seen := map[delivery]bool{}
 	per := map[uuid.UUID]int{}
 	for _, d := range got {
