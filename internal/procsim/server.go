@@ -119,6 +119,10 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 		s.write(w, errorAnswer(http.StatusBadRequest, "unknown_payment_method", "no such test payment method"))
 		return
 	}
+	if m.Fault == Fault5xxBefore {
+		s.write(w, errorAnswer(http.StatusInternalServerError, "internal", "internal error"))
+		return
+	}
 	s.keyed(w, r, key, body, s.authorize(req, m))
 }
 
