@@ -74,10 +74,10 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	_ = s.write(w, jsonAnswer(http.StatusOK, a))
+	s.write(w, jsonAnswer(http.StatusOK, a))
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	s.log.Error("request failed", "path", r.URL.Path, "err", err)
-	_ = s.write(w, errorAnswer(http.StatusInternalServerError, "internal", "internal error"))
+	s.write(w, errorAnswer(http.StatusInternalServerError, "internal", "internal error"))
 }

@@ -242,7 +242,7 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, a answer, fault Fa
 			return // the caller is gone: nothing was answered
 		}
 	}
-	if s.write(w, a) == nil {
+	if s.send(w, a) == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.store.markAnswered(ctx, a.psps, time.Now().UTC()); err != nil {
@@ -251,7 +251,11 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, a answer, fault Fa
 	}
 }
 
-func (s *Server) write(w http.ResponseWriter, a answer) error {
+// write answers a; an answer the caller did not get needs nothing done.
+func (s *Server) write(w http.ResponseWriter, a answer) { _ = s.send(w, a) }
+
+// send answers a and reports whether it reached the connection.
+func (s *Server) send(w http.ResponseWriter, a answer) error {
 	w.Header().Set("Content-Type", "application/json")
 	if a.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
