@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/payments/internal/procsim"
+	"github.com/exactlyonce/payments/internal/testkit/procsimtest"
 )
 
 // TestOneKeyFiftyAtOnce releases 50 requests with one key together while the
@@ -83,8 +84,8 @@ func TestRestart(t *testing.T) {
 	s.must(http.MethodPost, "/v1/payments/"+a.PSPReference+"/captures", "cap-restart", procsim.AmountRequest{Amount: 1000})
 	before := s.audit("ref_restart")
 
-	s.kill()
-	s.start()
+	s.Kill()
+	s.Restart()
 
 	again := s.authorize("key-restart", req)
 	if again.status != first.status || !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
@@ -97,7 +98,7 @@ func TestRestart(t *testing.T) {
 	// The audit command reads the same database.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, procsimBin, "audit", "-database-url", s.databaseURL, "-reference", "ref_restart").Output()
+	out, err := exec.CommandContext(ctx, procsimtest.Bin(t), "audit", "-database-url", s.DatabaseURL, "-reference", "ref_restart").Output()
 	if err != nil {
 		t.Fatalf("procsim audit: %v", err)
 	}
