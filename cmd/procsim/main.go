@@ -44,13 +44,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 0 {
 		return fmt.Errorf("missing command\n%s", usage)
 	}
+	var err error
 	switch args[0] {
 	case "serve":
-		return serve(ctx, args[1:], getenv, stdout, stderr)
+		err = serve(ctx, args[1:], getenv, stdout, stderr)
 	case "audit":
-		return audit(ctx, args[1:], getenv, stdout, stderr)
+		err = audit(ctx, args[1:], getenv, stdout)
+	case "-h", "-help", "--help", "help":
+		_, err = fmt.Fprintln(stdout, usage)
+	default:
+		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
-	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h printed the usage to stdout
+	}
+	return err
 }
 
 // settings are the flags of serve, each defaulting to its variable.
@@ -59,10 +67,10 @@ type settings struct {
 	cfg               procsim.Config
 }
 
-func parseServe(args []string, getenv func(string) string, stderr io.Writer) (settings, error) {
+func parseServe(args []string, getenv func(string) string, stdout io.Writer) (settings, error) {
 	s := settings{cfg: procsim.DefaultConfig()}
 	fs := flag.NewFlagSet("procsim serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	env := envDefaults{getenv: getenv}
 	fs.StringVar(&s.addr, "addr", env.str("PROCSIM_ADDR", "127.0.0.1:8090"), "listen address (PROCSIM_ADDR); port 0 picks one, printed at start")
 	fs.StringVar(&s.databaseURL, "database-url", env.str("PROCSIM_DATABASE_URL", ""), "the simulator's own database (PROCSIM_DATABASE_URL)")
@@ -87,7 +95,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 }
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	s, err := parseServe(args, getenv, stderr)
+	s, err := parseServe(args, getenv, stdout)
 	if err != nil {
 		return err
 	}
@@ -124,9 +132,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	return err
 }
 
-func audit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func audit(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("procsim audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	url := fs.String("database-url", getenv("PROCSIM_DATABASE_URL"), "the simulator's database (PROCSIM_DATABASE_URL)")
 	ref := fs.String("reference", "", "only this reference of ours")
 	if err := fs.Parse(args); err != nil {

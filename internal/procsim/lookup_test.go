@@ -90,12 +90,19 @@ func TestDecisionDeadline(t *testing.T) {
 	}
 	lose("ref_lost")
 	lose("ref_found")
+	// A caller that gives up before the late answer was not answered either.
+	if _, err := s.do(client(300*time.Millisecond), http.MethodPost, "/v1/authorizations", "ref_late",
+		auth("ref_late", "pm_card_approve_answer_late", 100)); err == nil {
+		t.Fatal("the late answer came in time")
+	}
 	s.must(http.MethodGet, "/v1/payments?reference=ref_found", "", nil)
 	s.authorize("ref_answered", auth("ref_answered", "pm_card_approve", 100))
 
-	eventually(t, 10*time.Second, "the unanswered approval expires", func() bool { return s.audit("ref_lost").Expiries == 1 })
-	wantAudit(t, s, "ref_lost", procsim.AuditCounts{Approvals: 1, ApprovedAmount: 100, Captures: 1, CapturedAmount: 100,
-		Expiries: 1, ExpiredAmount: 100})
+	for _, ref := range []string{"ref_lost", "ref_late"} {
+		eventually(t, 10*time.Second, ref+": the unanswered approval expires", func() bool { return s.audit(ref).Expiries == 1 })
+		wantAudit(t, s, ref, procsim.AuditCounts{Approvals: 1, ApprovedAmount: 100, Captures: 1, CapturedAmount: 100,
+			Expiries: 1, ExpiredAmount: 100})
+	}
 	for _, ref := range []string{"ref_found", "ref_answered"} {
 		wantAudit(t, s, ref, procsim.AuditCounts{Approvals: 1, ApprovedAmount: 100, Captures: 1, CapturedAmount: 100})
 	}
