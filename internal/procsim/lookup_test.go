@@ -82,7 +82,7 @@ func TestVoid(t *testing.T) {
 // the deadline, is kept.
 func TestDecisionDeadline(t *testing.T) {
 	t.Parallel()
-	s := startSim(t, "-decision-deadline", "1s")
+	s := startSim(t, "-decision-deadline", "2s")
 	lose := func(ref string) {
 		if _, err := s.do(client(5*time.Second), http.MethodPost, "/v1/authorizations", ref, auth(ref, "pm_card_approve_lose_response", 100)); err == nil {
 			t.Fatal("the answer was not lost")

@@ -63,9 +63,10 @@ func Bin(t testing.TB) string {
 	return bin
 }
 
-// FastFlags keep every delay of the test payment methods short; Start puts
-// them before its caller's flags, which may override them.
-var FastFlags = []string{"-late-delay", "2s", "-slow-delay", "300ms", "-async-delay", "200ms"}
+// FastFlags keep the delays a test waits for short; Start puts them before
+// its caller's flags, which may override them. The late delay stays long: a
+// test gives up on a late answer (a client timeout), it never waits for one.
+var FastFlags = []string{"-late-delay", "10s", "-slow-delay", "300ms", "-async-delay", "200ms"}
 
 // Sim is one simulator process over its own database; it can be killed and
 // started again on that database.
