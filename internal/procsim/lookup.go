@@ -1,0 +1,83 @@
+package procsim
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// LookupAnswer is the answer to a lookup by our reference: every payment
+// carrying it, oldest first; none is an empty list, not a 404.
+type LookupAnswer struct {
+	Reference string    `json:"reference"`
+	Payments  []Payment `json:"payments"`
+}
+
+// handleGet answers one payment by its psp reference. Lookups, like every
+// answer, mark the payments they name as answered.
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	fault := s.faults.draw()
+	if fault == Fault5xxBefore {
+		s.write(w, errorAnswer(http.StatusInternalServerError, "internal", "internal error"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	p, err := s.store.Get(ctx, r.PathValue("psp"))
+	switch {
+	case errors.Is(err, errNotFound):
+		s.write(w, errorAnswer(http.StatusNotFound, "payment_not_found", "no such payment"))
+	case err != nil:
+		s.fail(w, r, err)
+	default:
+		s.play(w, r, jsonAnswer(http.StatusOK, p, p.PSPReference), fault)
+	}
+}
+
+// handleLookup answers the payments carrying our reference.
+func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
+	ref := r.URL.Query().Get("reference")
+	if ref == "" {
+		s.write(w, errorAnswer(http.StatusBadRequest, "invalid_request", "the reference query parameter is required"))
+		return
+	}
+	fault := s.faults.draw()
+	if fault == Fault5xxBefore {
+		s.write(w, errorAnswer(http.StatusInternalServerError, "internal", "internal error"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	ps, err := s.store.ByReference(ctx, ref)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	psps := make([]string, 0, len(ps))
+	for _, p := range ps {
+		psps = append(psps, p.PSPReference)
+	}
+	if ps == nil {
+		ps = []Payment{}
+	}
+	s.play(w, r, jsonAnswer(http.StatusOK, LookupAnswer{Reference: ref, Payments: ps}, psps...), fault)
+}
+
+// handleAudit answers the audit, whole or for one reference. It is the
+// tests' instrument: no fault ever touches it, and it marks nothing answered.
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	a, err := s.store.Audit(ctx, r.URL.Query().Get("reference"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.write(w, jsonAnswer(http.StatusOK, a))
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("request failed", "path", r.URL.Path, "err", err)
+	s.write(w, errorAnswer(http.StatusInternalServerError, "internal", "internal error"))
+}
