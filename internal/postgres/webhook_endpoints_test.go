@@ -194,6 +194,39 @@ func TestWebhookEndpointResumesFromTheFirstEvent(t *testing.T) {
 	}
 }
 
+// TestEnablingEndsLeftoverDeliveries: an endpoint disabled by its failures
+// while a fan-out ran can keep a pending delivery the fan-out inserted
+// meanwhile (that disabling does not wait for the fan-out). Enabling it
+// again cancels that delivery, which no claim then takes: the endpoint gets
+// the events from its resumption on, and none of the time it was disabled.
+func TestEnablingEndsLeftoverDeliveries(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgtest.NewDatabase(t))
+	l := lifecycle{t, s}
+	acme := newMerchant(t, s, "acme")
+	endpoint := addEndpoint(t, s, acme, payment.AllEvents)
+	event := addEvent(t, s, acme, payment.EventChargeSucceeded)
+	// The race's outcome: the endpoint disabled, its fan-out's delivery pending.
+	if _, err := s.Pool().Exec(ctx, `UPDATE webhook_endpoints SET status = 'disabled' WHERE id = $1`, endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO webhook_deliveries (merchant_id, endpoint_id, event_id) VALUES ($1, $2, $3)`,
+		acme, endpoint, event); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.update(acme, endpoint, payment.WebhookEndpointUpdate{Enabled: ptr(true)}); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := s.Pool().QueryRow(ctx, `SELECT state FROM webhook_deliveries WHERE endpoint_id = $1 AND event_id = $2`,
+		endpoint, event).Scan(&state); err != nil || state != "canceled" {
+		t.Errorf("the leftover delivery is %q, %v; want canceled", state, err)
+	}
+	if ds, err := s.ClaimDeliveries(ctx, 32, 64, 100, time.Minute); err != nil || len(ds) != 0 {
+		t.Errorf("claimed %d, %v after enabling; want none", len(ds), err)
+	}
+}
+
 // TestDeleteCancelsDeliveries: deleting an endpoint cancels its pending
 // deliveries, leased or not, and no other: they are never claimed, and the
 // record's pruning deletes them as settled once old. A fan-out running

@@ -272,6 +272,16 @@ func updateEndpoint(ctx context.Context, q querier, merchantID, id uuid.UUID, u 
 	if _, err := q.Exec(ctx, updateEndpointSQL, merchantID, id, e.URL, e.Events, e.Status, horizon); err != nil {
 		return payment.WebhookEndpoint{}, fmt.Errorf("update webhook endpoint: %w", err)
 	}
+	if was.Status == payment.WebhookDisabled && e.Status == payment.WebhookEnabled {
+		// A disabled endpoint has no pending delivery, but for one a
+		// fan-out inserted while its failures disabled it (that disabling
+		// does not wait for the fan-out): it would be claimed now, an
+		// event of the time the endpoint was disabled, which it does not
+		// get. It ends here.
+		if _, err := q.Exec(ctx, cancelDeliveriesSQL, merchantID, id); err != nil {
+			return payment.WebhookEndpoint{}, fmt.Errorf("cancel the enabled endpoint's leftover deliveries: %w", err)
+		}
+	}
 	if was.Status == payment.WebhookEnabled && e.Status == payment.WebhookDisabled {
 		if _, err := q.Exec(ctx, cancelDeliveriesSQL, merchantID, id); err != nil {
 			return payment.WebhookEndpoint{}, fmt.Errorf("cancel the disabled endpoint's deliveries: %w", err)
