@@ -119,11 +119,7 @@ func (s *Deliveries) RecordAttempts(ctx context.Context, outcomes []payment.Webh
 		states, events = make([]string, len(outcomes)), 0
 		return b.record(ctx, tx, states, &events)
 	}
-	err := s.inTx(ctx, run)
-	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
-		err = s.inTx(ctx, run)
-	}
-	if err != nil {
+	if err := s.inTxRetried(ctx, run); err != nil {
 		return nil, asUnavailable(fmt.Errorf("record webhook attempts: %w", err))
 	}
 	if events > 0 {

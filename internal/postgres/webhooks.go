@@ -160,13 +160,10 @@ func (s *Webhooks) DeleteWebhookEndpoint(ctx context.Context, merchantID, id uui
 		deleted, err = deleteEndpoint(ctx, tx, merchantID, id)
 		return err
 	}
-	err := s.inTx(ctx, run)
-	// Run again after a deadlock: with an attempt that abandons one of the
-	// endpoint's deliveries and so disables it, which locks the other way.
-	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
-		err = s.inTx(ctx, run)
-	}
-	if err != nil {
+	// Run again after a deadlock. An abandoned delivery's record, which
+	// disables the endpoint, used to lock its deliveries before it; records
+	// now lock the endpoint first (attempts.go, lockHealthSQL).
+	if err := s.inTxRetried(ctx, run); err != nil {
 		return asUnavailable(err)
 	}
 	if !deleted {
