@@ -97,6 +97,18 @@ const confirmTxSQL = `BEGIN; ` + snapshotSQL + `; ` + confirmSQL + `; SELECT pg_
 // an answer that rests on what it read.
 func (s *DB) InTx(ctx context.Context, fn func(pgx.Tx) error) error { return s.inTx(ctx, fn) }
 
+// inTxRetried is inTx, run again up to maxAttempts in all while it fails
+// with a deadlock or a serialization failure: for transactions that lock
+// rows another may lock in another order. fn must be safe to run again
+// (it starts from what it was given, not from what a failed run left).
+func (s *db) inTxRetried(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := s.inTx(ctx, fn)
+	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
+		err = s.inTx(ctx, fn)
+	}
+	return err
+}
+
 // Confirm returns once everything committed before it was called is on the
 // synchronous standby, if there is one, or payment.ErrUnavailable when that
 // is not known within CommitWait. Callers at once share one commit.

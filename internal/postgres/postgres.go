@@ -341,18 +341,6 @@ func (s *db) ping(ctx context.Context) error {
 	return nil
 }
 
-// inTxRetried is inTx, run again up to maxAttempts in all while it fails
-// with a deadlock or a serialization failure: for transactions that lock
-// rows another may lock in another order. fn must be safe to run again
-// (it starts from what it was given, not from what a failed run left).
-func (s *db) inTxRetried(ctx context.Context, fn func(pgx.Tx) error) error {
-	err := s.inTx(ctx, fn)
-	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
-		err = s.inTx(ctx, fn)
-	}
-	return err
-}
-
 // inTx runs fn in a transaction on a pooled connection (see acquire). fn's
 // error rolls the transaction back. The commit is acknowledged only when the
 // synchronous standby, if any, confirmed it (durable.go).
