@@ -157,6 +157,27 @@ func DatabaseURL(t testing.TB) string {
 func NewDatabase(t testing.TB) string {
 	t.Helper()
 	s := mustSuite(t, "NewDatabase")
+	return s.newDatabase(t, s.clone)
+}
+
+// NewEmptyDatabase is NewDatabase without the service's schema: an empty
+// UTF8 database for a program with tables of its own (the processor
+// simulator), named and dropped as NewDatabase's are.
+func NewEmptyDatabase(t testing.TB) string {
+	t.Helper()
+	s := mustSuite(t, "NewEmptyDatabase")
+	return s.newDatabase(t, func(ctx context.Context, name string) error {
+		if err := adminExec(ctx, s.adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+migrations.CreateDatabaseOptions); err != nil {
+			return fmt.Errorf("create database %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// newDatabase names a database of the calling test, has create make it,
+// and drops it when the test ends; it returns its URL.
+func (s *suite) newDatabase(t testing.TB, create func(ctx context.Context, name string) error) string {
+	t.Helper()
 	name := fmt.Sprintf("%s_%d", s.prefix, s.seq.Add(1))
 	u, err := withDatabase(s.adminURL, name)
 	if err != nil {
@@ -164,7 +185,7 @@ func NewDatabase(t testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), adminTimeout)
 	defer cancel()
-	if err := s.clone(ctx, name); err != nil {
+	if err := create(ctx, name); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() {

@@ -64,6 +64,29 @@ func TestNewDatabase(t *testing.T) {
 	}
 }
 
+// TestNewEmptyDatabase: a database without the service's schema, in UTF8,
+// dropped when its test ends.
+func TestNewEmptyDatabase(t *testing.T) {
+	admin := connect(t, pgtest.AdminURL(t))
+	var name string
+	t.Run("empty database", func(t *testing.T) {
+		conn := connect(t, pgtest.NewEmptyDatabase(t))
+		name = currentDatabase(t, conn)
+		if tableExists(t, conn, "schema_migrations") || tableExists(t, conn, "charges") {
+			t.Error("the empty database has the service's tables")
+		}
+		var encoding string
+		if err := conn.QueryRow(t.Context(), "SHOW server_encoding").Scan(&encoding); err != nil || encoding != "UTF8" {
+			t.Errorf("server_encoding %q, %v; want UTF8", encoding, err)
+		}
+	})
+	var exists bool
+	err := admin.QueryRow(t.Context(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists)
+	if err != nil || exists || name == "" {
+		t.Errorf("database %q exists %v (%v) after its test ended; want it dropped", name, exists, err)
+	}
+}
+
 // TestNewDatabaseConcurrent copies the template from many tests at once, as
 // parallel tests in a package do.
 func TestNewDatabaseConcurrent(t *testing.T) {

@@ -10,18 +10,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/exactlyonce/payments/internal/pgtest"
 )
@@ -85,7 +81,7 @@ type Sim struct {
 // It is killed, and the database dropped, when the test ends.
 func Start(t testing.TB, flags ...string) *Sim {
 	t.Helper()
-	s := &Sim{t: t, DatabaseURL: newDatabase(t), flags: append(append([]string{}, FastFlags...), flags...)}
+	s := &Sim{t: t, DatabaseURL: pgtest.NewEmptyDatabase(t), flags: append(append([]string{}, FastFlags...), flags...)}
 	s.Restart()
 	t.Cleanup(s.Kill) // runs before the database's drop: cleanups run last first
 	return s
@@ -147,41 +143,6 @@ func (s *Sim) Kill() {
 	}
 	_ = cmd.Process.Kill()
 	<-exited
-}
-
-var dbSeq atomic.Int64
-
-// newDatabase creates an empty database for one simulator, on pgtest's
-// server, and drops it when the test ends.
-func newDatabase(t testing.TB) string {
-	t.Helper()
-	admin := pgtest.AdminURL(t)
-	name := fmt.Sprintf("procsim_test_%d_%d", os.Getpid(), dbSeq.Add(1))
-	exec := func(sql string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
-		return err
-	}
-	if err := exec("CREATE DATABASE " + name); err != nil {
-		t.Fatalf("procsimtest: create database: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := exec("DROP DATABASE " + name + " WITH (FORCE)"); err != nil {
-			t.Errorf("procsimtest: drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
 }
 
 // lockedBuffer lets the process's stderr be copied while a test reads it.
