@@ -51,6 +51,22 @@ func TestEventWatchCountsTheRunsEvents(t *testing.T) {
 	if err := pub.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	// finish returns once the run's 2 events are in, which may be before
+	// the watch has handled the messages sent after them: wait until the
+	// last one, the event after the run, has arrived (NATS delivers one
+	// connection's messages in order), so that the count of messages that
+	// are not events is final. It failed in CI once with 0 for that reason.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		w.mu.Lock()
+		arrived := len(w.seen)
+		w.mu.Unlock()
+		if arrived == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events after the run's start arrived, want 3 (two in it, one after it)", arrived)
+		}
+	}
 	h := w.finish(end, 2, 2*time.Second)
 	if h.n != 2 {
 		t.Fatalf("%d events counted, want the run's 2 charge events", h.n)
