@@ -74,7 +74,7 @@ func newRelay(cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Me
 // relayOnly runs the outbox relay alone until ctx ends, its metrics on
 // METRICS_ADDR.
 func relayOnly(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, log, store, err := open(ctx, "relay", args, getenv, stdout, stderr, nil)
+	cfg, log, store, err := open(ctx, "relay", args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/exactlyonce/payments/internal/charging"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/postgres"
 )
 
@@ -30,17 +31,13 @@ func logAbandoned(log *slog.Logger, a charging.AbandonedCharge) {
 }
 
 // open reads the configuration and opens the store, the start every
-// long-running command shares. m, if not nil, counts expired keys.
-func open(ctx context.Context, name string, args []string, getenv func(string) string, stdout, stderr io.Writer, m *metrics.Metrics) (config, *slog.Logger, *postgres.Store, error) {
+// long-running command shares.
+func open(ctx context.Context, name string, args []string, getenv func(string) string, stdout, stderr io.Writer) (config, *slog.Logger, *postgres.Store, error) {
 	cfg, log, err := configure(name, args, getenv, stdout, stderr)
 	if err != nil {
 		return config{}, nil, nil, err
 	}
-	opts := storeOptions(cfg)
-	if m != nil {
-		opts.OnExpired = func() { m.Idempotency(metrics.OutcomeExpired) }
-	}
-	store, err := postgres.Open(ctx, cfg.DatabaseURL, opts)
+	store, err := postgres.Open(ctx, cfg.DatabaseURL, storeOptions(cfg))
 	if err != nil {
 		return config{}, nil, nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
 	}
@@ -68,11 +65,20 @@ func storeOptions(cfg config) postgres.Options {
 }
 
 // backend is what the HTTP API runs on: the store, and in front of it the
-// charge use case (charging.Path), which answers CreateCharge and Ready.
+// keyed writes on the ledger (idempotency.Keys, which answer Idempotent) and
+// the charge use case (charging.Path, which answers CreateCharge and Ready).
 type backend struct {
 	*postgres.Store
+	*idempotency.Keys[payment.Ledger]
 	*charging.Path
 	drain *drain
+}
+
+// openKeys returns the keyed writes on store's ledger, keys kept for
+// IDEMPOTENCY_TTL, each one found expired counted on m.
+func openKeys(cfg config, store *postgres.Store, m *metrics.Metrics) *idempotency.Keys[payment.Ledger] {
+	return idempotency.NewKeys(store.Keys, idempotency.KeysOptions{TTL: cfg.Keys.TTL,
+		OnExpired: func() { m.Idempotency(metrics.OutcomeExpired) }})
 }
 
 // Ready is the charge path's readiness, and not ready from the moment the

@@ -32,7 +32,7 @@ const maxHeaderBytes = 16 << 10
 // back, so a charge batch still committing finishes first.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	m := metrics.New()
-	cfg, log, store, err := open(ctx, "serve", args, getenv, stdout, stderr, m)
+	cfg, log, store, err := open(ctx, "serve", args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			"note", "for development and tests only: API callers can make the service send requests inside its network")
 	}
 	d := &drain{delay: cfg.Shutdown.Delay, timeout: cfg.Shutdown.Timeout}
-	api := httpapi.New(backend{store, path, d}, log, httpapi.Options{
+	api := httpapi.New(backend{store, openKeys(cfg, store, m), path, d}, log, httpapi.Options{
 		Spec:                 payments.OpenAPI,
 		Docs:                 true,
 		Front:                front,

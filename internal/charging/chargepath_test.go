@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -34,8 +35,8 @@ func chargeFixture(t *testing.T, opts postgres.Options) (s testkit.Service, url 
 	return s, url, merchant, account
 }
 
-func newCharge(merchant, account uuid.UUID, amount int64) idempotency.ChargeRequest {
-	return idempotency.ChargeRequest{
+func newCharge(merchant, account uuid.UUID, amount int64) chargedb.KeyedCharge {
+	return chargedb.KeyedCharge{
 		Request: idempotency.Request{MerchantID: merchant, Key: "k-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{byte(amount)}},
 		Charge:  payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
 		Render:  render,
@@ -84,10 +85,10 @@ CREATE TRIGGER fail_charge BEFORE INSERT ON charges FOR EACH ROW EXECUTE FUNCTIO
 		if _, err := s.Pool().Exec(ctx, `DELETE FROM fail_with; INSERT INTO fail_with VALUES ('`+tc.code+`'); SELECT setval('attempts', 1, false)`); err != nil {
 			t.Fatal(err)
 		}
-		for _, run := range []func(idempotency.ChargeRequest) error{
-			func(r idempotency.ChargeRequest) error { _, err := s.CreateCharge(ctx, r); return err },
-			func(r idempotency.ChargeRequest) error {
-				_, err := s.RunChargeBatch(ctx, []idempotency.ChargeRequest{r})
+		for _, run := range []func(chargedb.KeyedCharge) error{
+			func(r chargedb.KeyedCharge) error { _, err := s.CreateCharge(ctx, r); return err },
+			func(r chargedb.KeyedCharge) error {
+				_, err := s.RunChargeBatch(ctx, []chargedb.KeyedCharge{r})
 				return err
 			},
 		} {
@@ -154,7 +155,7 @@ func TestChargeStoredAt(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond)
 	// In a batch with a fresh charge, so that the batch stores a time too.
-	got, err := s.RunChargeBatch(ctx, []idempotency.ChargeRequest{req, newCharge(merchant, account, 50)})
+	got, err := s.RunChargeBatch(ctx, []chargedb.KeyedCharge{req, newCharge(merchant, account, 50)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,23 +186,24 @@ func TestChargeStoredAt(t *testing.T) {
 func TestExpiredKeyExecutesAgain(t *testing.T) {
 	ctx := context.Background()
 	var expired int
-	s, _, merchant, account := chargeFixture(t, postgres.Options{KeyTTL: time.Hour, OnExpired: func() { expired++ }})
+	s, _, merchant, account := chargeFixture(t, postgres.Options{KeyTTL: time.Hour})
+	s.Keys = idempotency.NewKeys(s.Store.Keys, idempotency.KeysOptions{TTL: time.Hour, OnExpired: func() { expired++ }})
 	req := idempotency.Request{MerchantID: merchant, Key: "deposit-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{9}}
 	deposit := func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
 		d, err := l.Deposit(ctx, merchant, account, 10)
 		return idempotency.Response{Status: 201, Body: []byte(`"` + d.ID.String() + `"`)}, err
 	}
-	first, err := s.Idempotent(ctx, req, deposit)
+	first, err := s.Execute(ctx, req, deposit)
 	if err != nil || first.Replayed {
 		t.Fatalf("first: %+v, %v", first, err)
 	}
-	if res, err := s.Idempotent(ctx, req, deposit); err != nil || !res.Replayed || string(res.Body) != string(first.Body) {
+	if res, err := s.Execute(ctx, req, deposit); err != nil || !res.Replayed || string(res.Body) != string(first.Body) {
 		t.Fatalf("replay: %+v, %v; want the first's body replayed", res, err)
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '2 hours' WHERE key = $1`, req.Key); err != nil {
 		t.Fatal(err)
 	}
-	again, err := s.Idempotent(ctx, req, deposit)
+	again, err := s.Execute(ctx, req, deposit)
 	if err != nil || again.Replayed || again.Status != 201 || string(again.Body) == string(first.Body) || expired != 1 {
 		t.Fatalf("after expiry: %+v, %v (%d expired); want a new deposit, counted as expired once", again, err, expired)
 	}

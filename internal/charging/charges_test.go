@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -40,7 +41,7 @@ type answer struct {
 	err      error
 }
 
-func (m *model) charge(r idempotency.ChargeRequest) answer {
+func (m *model) charge(r chargedb.KeyedCharge) answer {
 	if k, ok := m.keys[r.Request.Key]; ok {
 		if k.fp != r.Request.Fingerprint {
 			return answer{err: idempotency.ErrKeyReused}
@@ -122,8 +123,8 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 			m.balances[id], m.currency[id] = balance, cur
 			accounts = append(accounts, id)
 		}
-		var used []idempotency.ChargeRequest
-		newRequest := func() idempotency.ChargeRequest {
+		var used []chargedb.KeyedCharge
+		newRequest := func() chargedb.KeyedCharge {
 			var fp idempotency.Fingerprint
 			_, _ = crand(fp[:], rng)
 			acct := accounts[rng.IntN(len(accounts))]
@@ -138,7 +139,7 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 			if rng.IntN(12) == 0 {
 				amount = refusedAmount
 			}
-			return idempotency.ChargeRequest{
+			return chargedb.KeyedCharge{
 				Request: idempotency.Request{MerchantID: merchant, Key: fmt.Sprintf("r%d-%s", round, uuid.NewString()), Fingerprint: fp},
 				Charge:  payment.NewCharge{AccountID: acct, Amount: amount, Currency: cur},
 				Render:  render,
@@ -146,7 +147,7 @@ CREATE TRIGGER refuse_charge BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amo
 		}
 		for batchNo := range 2 {
 			n := 1 + rng.IntN(24)
-			batch := make([]idempotency.ChargeRequest, n)
+			batch := make([]chargedb.KeyedCharge, n)
 			for i := range batch {
 				switch p := rng.IntN(10); {
 				case p == 0 && len(used) > 0: // a retry of an earlier request

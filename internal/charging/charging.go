@@ -122,7 +122,7 @@ const DefaultAuthorizationTTL = 7 * 24 * time.Hour
 type Path struct {
 	db      chargedb.Store
 	opts    Options
-	charges *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer]
+	charges *groupcommit.Batcher[chargedb.KeyedCharge, chargeAnswer]
 	// waiters holds a token for each charge waiting outside a batch for a
 	// key in flight or a locked account (wait.go): at most Options.Waiters.
 	waiters chan struct{}
@@ -165,7 +165,7 @@ func (a chargeAnswer) left() bool { return a.inFlight || a.busy }
 // bound for the batcher or for a locked account, or when its client left while
 // its batch ran (the outcome then goes to Options.OnAbandoned, and a retry
 // with the key answers it).
-func (s *Path) CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
+func (s *Path) CreateCharge(ctx context.Context, req chargedb.KeyedCharge) (idempotency.Result, error) {
 	ans, err := s.charges.Do(ctx, req)
 	switch {
 	case errors.Is(err, groupcommit.ErrAbandoned):
@@ -206,8 +206,8 @@ var errOutcomeUnknown = fmt.Errorf("%w: the client left while its charge was bei
 // A batch runs on no request's context (one client going away must not abort
 // its neighbours), and waits for no lock another transaction holds
 // (chargeTx); a queued charge waits at most KeyWait for it.
-func (s *Path) newChargeBatcher(run groupcommit.Run[idempotency.ChargeRequest, chargeAnswer]) *groupcommit.Batcher[idempotency.ChargeRequest, chargeAnswer] {
-	return groupcommit.New(context.Background(), run, groupcommit.Options[idempotency.ChargeRequest, chargeAnswer]{
+func (s *Path) newChargeBatcher(run groupcommit.Run[chargedb.KeyedCharge, chargeAnswer]) *groupcommit.Batcher[chargedb.KeyedCharge, chargeAnswer] {
+	return groupcommit.New(context.Background(), run, groupcommit.Options[chargedb.KeyedCharge, chargeAnswer]{
 		MaxSize:     s.opts.BatchSize,
 		Concurrency: s.opts.Batches,
 		MaxWait:     s.opts.KeyWait,
@@ -248,7 +248,7 @@ func (s *Path) Ready(ctx context.Context) error {
 // flight, an account locked elsewhere) get their deadline, and the busy ones
 // their groups, which start waiting at once on goroutines of their own: the
 // batcher goes on with the next batch.
-func (s *Path) runBatch(ctx context.Context, reqs []idempotency.ChargeRequest) ([]chargeAnswer, error) {
+func (s *Path) runBatch(ctx context.Context, reqs []chargedb.KeyedCharge) ([]chargeAnswer, error) {
 	// Every wait of a batch is bounded (it waits for no lock held
 	// elsewhere, and the commit has CommitWait of its own); this is the
 	// backstop.
@@ -265,13 +265,13 @@ func (s *Path) runBatch(ctx context.Context, reqs []idempotency.ChargeRequest) (
 // chargeAlone runs req as a transaction of its own that waits (until
 // deadline) for the transaction holding its key, and then for its account,
 // holding nothing but its own key while it waits.
-func (s *Path) chargeAlone(ctx context.Context, req idempotency.ChargeRequest, deadline time.Time) (idempotency.Result, error) {
+func (s *Path) chargeAlone(ctx context.Context, req chargedb.KeyedCharge, deadline time.Time) (idempotency.Result, error) {
 	release, err := s.startWaiting(ctx, deadline)
 	if err != nil {
 		return idempotency.Result{}, err
 	}
 	defer release()
-	answers, err := s.chargeBatch(ctx, []idempotency.ChargeRequest{req}, chargedb.Waits{Key: true, Accounts: true, Deadline: deadline})
+	answers, err := s.chargeBatch(ctx, []chargedb.KeyedCharge{req}, chargedb.Waits{Key: true, Accounts: true, Deadline: deadline})
 	if err != nil {
 		return idempotency.Result{}, err
 	}
@@ -289,7 +289,7 @@ const maxAttempts = 3
 // statement of its own failed): the batch is split in two and each half runs
 // on its own, down to that member, so that it alone gets the error and
 // everyone else the answer they would have had alone.
-func (s *Path) chargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest, mode chargedb.Waits) ([]chargeAnswer, error) {
+func (s *Path) chargeBatch(ctx context.Context, reqs []chargedb.KeyedCharge, mode chargedb.Waits) ([]chargeAnswer, error) {
 	var err error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		var answers []chargeAnswer
@@ -306,7 +306,7 @@ func (s *Path) chargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest
 	}
 	half := len(reqs) / 2
 	answers := make([]chargeAnswer, 0, len(reqs))
-	for _, part := range [][]idempotency.ChargeRequest{reqs[:half], reqs[half:]} {
+	for _, part := range [][]chargedb.KeyedCharge{reqs[:half], reqs[half:]} {
 		got, err := s.chargeBatch(ctx, part, mode)
 		if err != nil {
 			got = make([]chargeAnswer, len(part))
@@ -324,7 +324,7 @@ func (s *Path) chargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest
 // (decideBatch), and its writes and commit (chargedb.Tx.Commit). The
 // transaction ends with it, whatever happens in between: Close rolls back
 // what did not commit.
-func (s *Path) chargeTx(ctx context.Context, reqs []idempotency.ChargeRequest, mode chargedb.Waits) ([]chargeAnswer, error) {
+func (s *Path) chargeTx(ctx context.Context, reqs []chargedb.KeyedCharge, mode chargedb.Waits) ([]chargeAnswer, error) {
 	tx, locks, err := s.db.Lock(ctx, reqs, mode)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 // trip found (chargedb.Store.Lock),
 // and gathers what the batch writes. decided[i] tells a member answered by
 // this batch's execution from one answered by a stored row or that left.
-func decideBatch(reqs []idempotency.ChargeRequest, locks *chargedb.Locks, holdFor time.Duration) (answers []chargeAnswer, decided []bool, w *writes) {
+func decideBatch(reqs []chargedb.KeyedCharge, locks *chargedb.Locks, holdFor time.Duration) (answers []chargeAnswer, decided []bool, w *writes) {
 	n := len(reqs)
 	answers, decided, w = make([]chargeAnswer, n), make([]bool, n), &writes{}
 	first := make(map[idempotency.Request]int, n) // by (merchant, key): the member that executed it
@@ -54,8 +54,16 @@ func decideBatch(reqs []idempotency.ChargeRequest, locks *chargedb.Locks, holdFo
 
 // replayStored answers req from the response stored under its key.
 func replayStored(req idempotency.Request, k chargedb.StoredKey) (idempotency.Result, error) {
-	if k.Resp.Status == 0 || len(k.Fingerprint) != len(req.Fingerprint) {
-		// Cannot happen: the row and its response commit together.
+	if len(k.Fingerprint) != len(req.Fingerprint) {
+		return idempotency.Result{}, errors.New("stored idempotency key has a malformed fingerprint")
+	}
+	if idempotency.Fingerprint(k.Fingerprint) != req.Fingerprint {
+		return idempotency.Result{}, idempotency.ErrKeyReused
+	}
+	if k.Resp.Status == 0 {
+		// Cannot happen: a key without a response is bound to an operation
+		// at a processor, whose request is not an account's charge, so its
+		// fingerprint differs.
 		return idempotency.Result{}, errors.New("stored idempotency key has no response")
 	}
 	if k.DecodeErr != nil {
@@ -87,7 +95,7 @@ type writes struct {
 
 // decide decides one member's charge against the accounts as the members
 // before it left them, renders its answer, and adds what it writes.
-func (w *writes) decide(r idempotency.ChargeRequest, accounts map[chargedb.AccountKey]*payment.Account, now time.Time, holdFor time.Duration) (idempotency.Result, error) {
+func (w *writes) decide(r chargedb.KeyedCharge, accounts map[chargedb.AccountKey]*payment.Account, now time.Time, holdFor time.Duration) (idempotency.Result, error) {
 	ak := chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}
 	c, refused := payment.ChargeAccount(accounts[ak], payment.NewID(), r.Charge, now, holdFor)
 	var payload []byte

@@ -39,8 +39,8 @@ var (
 	decideNow      = time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 )
 
-func decideCharge(key string, fp byte, account uuid.UUID, amount int64) idempotency.ChargeRequest {
-	return idempotency.ChargeRequest{
+func decideCharge(key string, fp byte, account uuid.UUID, amount int64) chargedb.KeyedCharge {
+	return chargedb.KeyedCharge{
 		Request: idempotency.Request{MerchantID: decideMerchant, Key: key, Fingerprint: idempotency.Fingerprint{fp}},
 		Charge:  payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
 		Render:  decideRender,
@@ -49,7 +49,7 @@ func decideCharge(key string, fp byte, account uuid.UUID, amount int64) idempote
 
 // locksFor is what round trip 1 finds for reqs when every key is free and
 // unstored, and accounts holds every account this transaction locked.
-func locksFor(reqs []idempotency.ChargeRequest, accounts ...*payment.Account) *chargedb.Locks {
+func locksFor(reqs []chargedb.KeyedCharge, accounts ...*payment.Account) *chargedb.Locks {
 	l := &chargedb.Locks{KeyHeld: make([]bool, len(reqs)), Stored: make([]chargedb.StoredKey, len(reqs)), Now: decideNow,
 		Accounts: map[chargedb.AccountKey]*payment.Account{}, Busy: map[chargedb.AccountKey]bool{}}
 	for i := range reqs {
@@ -73,7 +73,7 @@ func TestDecideInOrderAgainstTheBalance(t *testing.T) {
 	a, eur := usd(100), usd(1_000)
 	eur.Currency = "EUR"
 	unknown := payment.NewID()
-	reqs := []idempotency.ChargeRequest{
+	reqs := []chargedb.KeyedCharge{
 		decideCharge("k1", 1, a.ID, 60),
 		decideCharge("k2", 2, a.ID, 60), // 40 left: insufficient funds
 		decideCharge("k3", 3, a.ID, 30),
@@ -107,7 +107,7 @@ func TestDecideInOrderAgainstTheBalance(t *testing.T) {
 // deleted and executes afresh.
 func TestDecideReplaysStoredKeys(t *testing.T) {
 	a := usd(100)
-	reqs := []idempotency.ChargeRequest{decideCharge("stored", 1, a.ID, 10), decideCharge("reused", 2, a.ID, 10), decideCharge("expired", 3, a.ID, 10)}
+	reqs := []chargedb.KeyedCharge{decideCharge("stored", 1, a.ID, 10), decideCharge("reused", 2, a.ID, 10), decideCharge("expired", 3, a.ID, 10)}
 	locks := locksFor(reqs, a)
 	storedAt := decideNow.Add(-time.Minute)
 	locks.Stored[0] = chargedb.StoredKey{Found: true, Fingerprint: []byte{1, 31: 0}, Resp: idempotency.Response{Status: 201, Body: []byte("{}")}, StoredAt: storedAt}
@@ -132,7 +132,7 @@ func TestDecideReplaysStoredKeys(t *testing.T) {
 // its later members as a replay of that answer (or as reused), once.
 func TestDecideSameKeyTwice(t *testing.T) {
 	a := usd(100)
-	reqs := []idempotency.ChargeRequest{decideCharge("twice", 1, a.ID, 10), decideCharge("twice", 1, a.ID, 10), decideCharge("twice", 2, a.ID, 10)}
+	reqs := []chargedb.KeyedCharge{decideCharge("twice", 1, a.ID, 10), decideCharge("twice", 1, a.ID, 10), decideCharge("twice", 2, a.ID, 10)}
 	answers, decided, w := decideBatch(reqs, locksFor(reqs, a), time.Hour)
 	if r := answers[0]; r.err != nil || r.res.Replayed || r.res.Status != 201 {
 		t.Errorf("first: %+v, want a fresh 201", r)
@@ -153,7 +153,7 @@ func TestDecideSameKeyTwice(t *testing.T) {
 // a later member with the key of one that left; the others are decided.
 func TestDecideLeavers(t *testing.T) {
 	free, busy := usd(100), usd(100)
-	reqs := []idempotency.ChargeRequest{
+	reqs := []chargedb.KeyedCharge{
 		decideCharge("held", 1, free.ID, 10),
 		decideCharge("busy", 2, busy.ID, 10),
 		decideCharge("busy", 2, busy.ID, 10),

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -49,7 +50,7 @@ func TestUnconfirmedCommitIsNotAcknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	charge := idempotency.ChargeRequest{
+	charge := chargedb.KeyedCharge{
 		Request: idempotency.Request{MerchantID: merchant, Key: "charge-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{7}},
 		Charge:  payment.NewCharge{AccountID: account, Amount: 300, Currency: "USD"},
 		Render:  render,
@@ -60,7 +61,7 @@ func TestUnconfirmedCommitIsNotAcknowledged(t *testing.T) {
 	}
 	second := charge
 	second.Request.Key = "charge-" + uuid.NewString()
-	if _, err := s.RunChargeBatch(ctx, []idempotency.ChargeRequest{second}); !errors.Is(err, payment.ErrUnavailable) {
+	if _, err := s.RunChargeBatch(ctx, []chargedb.KeyedCharge{second}); !errors.Is(err, payment.ErrUnavailable) {
 		t.Fatalf("batch whose commit warned: %v, want %v", err, payment.ErrUnavailable)
 	}
 	deposit := idempotency.Request{MerchantID: merchant, Key: "deposit-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{8}}
@@ -68,7 +69,7 @@ func TestUnconfirmedCommitIsNotAcknowledged(t *testing.T) {
 		d, err := l.Deposit(ctx, merchant, account, 50)
 		return idempotency.Response{Status: 201, Body: []byte(`"` + d.ID.String() + `"`)}, err
 	}
-	if _, err := s.Idempotent(ctx, deposit, step); !errors.Is(err, payment.ErrUnavailable) {
+	if _, err := s.Execute(ctx, deposit, step); !errors.Is(err, payment.ErrUnavailable) {
 		t.Fatalf("deposit whose commit warned: %v, want %v", err, payment.ErrUnavailable)
 	}
 
@@ -88,13 +89,13 @@ SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1), (SELECT count(*) F
 	if _, err := s.Pool().Exec(ctx, `DROP FUNCTION warn_at_commit() CASCADE`); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []idempotency.ChargeRequest{charge, second} {
+	for _, r := range []chargedb.KeyedCharge{charge, second} {
 		res, err := s.CreateCharge(ctx, r)
 		if err != nil || !res.Replayed || res.Status != 201 {
 			t.Fatalf("retry of %s: %+v, %v; want a replayed 201", r.Request.Key, res, err)
 		}
 	}
-	if res, err := s.Idempotent(ctx, deposit, step); err != nil || !res.Replayed {
+	if res, err := s.Execute(ctx, deposit, step); err != nil || !res.Replayed {
 		t.Fatalf("retry of the deposit: %+v, %v; want a replay", res, err)
 	}
 	if err := s.Pool().QueryRow(ctx, `

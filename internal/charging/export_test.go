@@ -20,7 +20,7 @@ type BatchAnswer struct {
 // RunChargeBatch runs reqs as exactly one batch, as the group commit would
 // after gathering them (split in halves if a member's statement fails). The
 // members that leave it are only reported, not run: see RunChargeAlone.
-func (s *Path) RunChargeBatch(ctx context.Context, reqs []idempotency.ChargeRequest) ([]BatchAnswer, error) {
+func (s *Path) RunChargeBatch(ctx context.Context, reqs []chargedb.KeyedCharge) ([]BatchAnswer, error) {
 	answers, err := s.chargeBatch(ctx, reqs, chargedb.Waits{})
 	out := make([]BatchAnswer, len(answers))
 	for i, a := range answers {
@@ -31,7 +31,7 @@ func (s *Path) RunChargeBatch(ctx context.Context, reqs []idempotency.ChargeRequ
 
 // RunChargeAlone runs req as a member that left its batch does: alone,
 // waiting up to KeyWait for its key and its account.
-func (s *Path) RunChargeAlone(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error) {
+func (s *Path) RunChargeAlone(ctx context.Context, req chargedb.KeyedCharge) (idempotency.Result, error) {
 	return s.chargeAlone(ctx, req, time.Now().Add(s.opts.KeyWait))
 }
 
@@ -39,7 +39,7 @@ func (s *Path) RunChargeAlone(ctx context.Context, req idempotency.ChargeRequest
 // runs, as a batcher that stopped making progress would.
 func (s *Path) StallChargeBatches() (release func()) {
 	stall := make(chan struct{})
-	s.charges = s.newChargeBatcher(func(ctx context.Context, reqs []idempotency.ChargeRequest) ([]chargeAnswer, error) {
+	s.charges = s.newChargeBatcher(func(ctx context.Context, reqs []chargedb.KeyedCharge) ([]chargeAnswer, error) {
 		<-stall
 		return s.runBatch(ctx, reqs)
 	})

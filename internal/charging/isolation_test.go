@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -85,7 +86,7 @@ func (f *isolationFixture) balance(t *testing.T, account uuid.UUID) int64 {
 }
 
 // storedKeys counts the stored keys among reqs'.
-func (f *isolationFixture) storedKeys(t *testing.T, reqs ...idempotency.ChargeRequest) int {
+func (f *isolationFixture) storedKeys(t *testing.T, reqs ...chargedb.KeyedCharge) int {
 	t.Helper()
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
@@ -100,7 +101,7 @@ func (f *isolationFixture) storedKeys(t *testing.T, reqs ...idempotency.ChargeRe
 
 // charge is a charge of amount on account under a fresh key of the
 // account's merchant.
-func (f *isolationFixture) charge(account uuid.UUID, amount int64) idempotency.ChargeRequest {
+func (f *isolationFixture) charge(account uuid.UUID, amount int64) chargedb.KeyedCharge {
 	return newCharge(f.merchantAccounts[account], account, amount)
 }
 
@@ -135,7 +136,7 @@ func (h *rowHolder) account(t *testing.T, account uuid.UUID) *rowHolder {
 
 // key holds req's key as a twin in flight does: its advisory lock and its
 // row, not yet answered.
-func (h *rowHolder) key(t *testing.T, req idempotency.ChargeRequest) *rowHolder {
+func (h *rowHolder) key(t *testing.T, req chargedb.KeyedCharge) *rowHolder {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := h.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`, req.Request.MerchantID, req.Request.Key); err != nil {
@@ -164,7 +165,7 @@ type timedAnswer struct {
 
 // chargeAll runs reqs through CreateCharge at once (released together) and
 // returns their answers in order.
-func (f *isolationFixture) chargeAll(ctx context.Context, reqs []idempotency.ChargeRequest) []timedAnswer {
+func (f *isolationFixture) chargeAll(ctx context.Context, reqs []chargedb.KeyedCharge) []timedAnswer {
 	out := make([]timedAnswer, len(reqs))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -194,7 +195,7 @@ func TestLockedAccountLeavesTheBatch(t *testing.T) {
 	free, theirs := f.account(t, f.merchant, 10_000), f.account(t, f.other, 10_000)
 
 	h := f.hold(t).account(t, locked)
-	batch := []idempotency.ChargeRequest{f.charge(locked, 100), f.charge(free, 200), f.charge(theirs, 300), f.charge(locked, 400), f.charge(free, 500)}
+	batch := []chargedb.KeyedCharge{f.charge(locked, 100), f.charge(free, 200), f.charge(theirs, 300), f.charge(locked, 400), f.charge(free, 500)}
 	began := time.Now()
 	got, err := f.s.RunChargeBatch(ctx, batch)
 	if err != nil {
@@ -231,7 +232,7 @@ func TestLockedAccountLeavesTheBatch(t *testing.T) {
 	// Through the group commit: the row held for half the bound, then
 	// released; its charges succeed, nobody else waits.
 	h = f.hold(t).account(t, locked)
-	var reqs []idempotency.ChargeRequest
+	var reqs []chargedb.KeyedCharge
 	for i := range 24 {
 		acct := []uuid.UUID{locked, free, theirs}[i%3]
 		reqs = append(reqs, f.charge(acct, 10))
@@ -294,7 +295,7 @@ func TestInFlightTwinLocksNothing(t *testing.T) {
 	retry := f.charge(acct, 100)
 	h := f.hold(t).key(t, retry).account(t, acct)
 
-	batch := []idempotency.ChargeRequest{retry, f.charge(free, 10), f.charge(theirs, 20)}
+	batch := []chargedb.KeyedCharge{retry, f.charge(free, 10), f.charge(theirs, 20)}
 	began := time.Now()
 	got, err := f.s.RunChargeBatch(ctx, batch)
 	if err != nil {
@@ -315,7 +316,7 @@ func TestInFlightTwinLocksNothing(t *testing.T) {
 	// Through the group commit: the retry waits alone while fresh charges on
 	// other accounts go through; the twin then answers (here: stores a 201
 	// and commits), and the retry replays that answer.
-	var reqs []idempotency.ChargeRequest
+	var reqs []chargedb.KeyedCharge
 	reqs = append(reqs, retry)
 	for i := range 16 {
 		reqs = append(reqs, f.charge([]uuid.UUID{free, theirs}[i%2], 1))
@@ -344,7 +345,7 @@ func TestInFlightTwinLocksNothing(t *testing.T) {
 	// A twin that never ends: the retry answers 409 after the bound.
 	again := f.charge(acct, 100)
 	f.hold(t).key(t, again).account(t, acct)
-	a := f.chargeAll(ctx, []idempotency.ChargeRequest{again})[0]
+	a := f.chargeAll(ctx, []chargedb.KeyedCharge{again})[0]
 	if !errors.Is(a.err, idempotency.ErrKeyInUse) || a.took < wait-clockSlack || a.took > wait+1500*time.Millisecond {
 		t.Errorf("retry of a twin that never ends: %v after %v; want ErrKeyInUse after about %v", a.err, a.took, wait)
 	}
@@ -364,7 +365,7 @@ BEGIN RAISE EXCEPTION 'planted failure of one member' USING ERRCODE = '22000'; E
 CREATE TRIGGER refuse_13 BEFORE INSERT ON charges FOR EACH ROW WHEN (NEW.amount = 13) EXECUTE FUNCTION refuse_13();`); err != nil {
 		t.Fatal(err)
 	}
-	batch := []idempotency.ChargeRequest{
+	batch := []chargedb.KeyedCharge{
 		f.charge(a, 100), f.charge(a, 13), f.charge(a, 200), f.charge(b, 13), f.charge(b, 50), f.charge(a, 900), f.charge(b, 1),
 	}
 	got, err := f.s.RunChargeBatch(ctx, batch)
@@ -539,7 +540,7 @@ func TestDepartedCallersChangeNothing(t *testing.T) {
 	f := newIsolationFixture(t, 2*time.Second)
 	accounts := []uuid.UUID{f.account(t, f.merchant, 1e9), f.account(t, f.merchant, 1e9), f.account(t, f.other, 1e9)}
 	const n = 300
-	reqs := make([]idempotency.ChargeRequest, n)
+	reqs := make([]chargedb.KeyedCharge, n)
 	for i := range reqs {
 		reqs[i] = f.charge(accounts[i%len(accounts)], int64(1+i%50))
 	}

@@ -32,7 +32,7 @@ import (
 // busyGroup is the members of one batch whose account another transaction
 // had locked, waiting together for that row.
 type busyGroup struct {
-	reqs     []idempotency.ChargeRequest
+	reqs     []chargedb.KeyedCharge
 	deadline time.Time
 	done     chan struct{}
 
@@ -45,7 +45,7 @@ type busyGroup struct {
 
 // formBusyGroups gives the members of a batch that left it their deadline,
 // and starts one busyGroup per account among the busy ones.
-func (s *Path) formBusyGroups(reqs []idempotency.ChargeRequest, answers []chargeAnswer, deadline time.Time) {
+func (s *Path) formBusyGroups(reqs []chargedb.KeyedCharge, answers []chargeAnswer, deadline time.Time) {
 	var groups map[chargedb.AccountKey]*busyGroup
 	for i := range answers {
 		a := &answers[i]
@@ -195,7 +195,7 @@ func notExecuted(err error) bool {
 // reportAbandoned tells Options.OnAbandoned what became of req, whose
 // client has left; for a member of a busy group still waiting, that is once
 // the group has answered.
-func (s *Path) reportAbandoned(req idempotency.ChargeRequest, ans chargeAnswer, err error) {
+func (s *Path) reportAbandoned(req chargedb.KeyedCharge, ans chargeAnswer, err error) {
 	if ans.group != nil && err == nil {
 		s.abandon(ans.group, ans.member)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 )
@@ -135,7 +136,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 			Body: append(body, '\n')}, nil
 	}
 	res := s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
-		return s.backend.CreateCharge(ctx, idempotency.ChargeRequest{Request: req, Charge: nc, Render: render})
+		return s.backend.CreateCharge(ctx, chargedb.KeyedCharge{Request: req, Charge: nc, Render: render})
 	})
 	if status := outcome.Load(); status != nil && res.Status != 0 && !res.Replayed {
 		s.opts.Metrics.Charge(string(*status))

@@ -10,6 +10,11 @@ import (
 	"github.com/exactlyonce/payments/internal/payment"
 )
 
+// ledgerStep is the work of a request under its key, on the ledger, in the
+// transaction that claims the key: its response, or an error (a known
+// refusal, which execute stores as its problem).
+type ledgerStep func(ctx context.Context, l payment.Ledger) (response, error)
+
 // execute runs step once for the request's key, in the transaction that
 // claims it, and answers with its response or the replay of an earlier one.
 //
@@ -17,14 +22,14 @@ import (
 // included: step's known domain errors (404, 422, …) become stored problems.
 // An unexpected error or an outage rolls everything back, key included, so
 // the retry executes cleanly.
-func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, step idempotency.Step) {
-	refusing := func(ctx context.Context, l payment.Ledger) (response, error) {
+func (s *Server) execute(w http.ResponseWriter, r *http.Request, req idempotency.Request, step ledgerStep) {
+	refusing := idempotency.Respond(func(ctx context.Context, l payment.Ledger) (response, error) {
 		resp, err := step(ctx, l)
 		if err != nil {
 			return refusal(err)
 		}
 		return resp, nil
-	}
+	})
 	_ = s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
 		return s.backend.Idempotent(ctx, req, refusing)
 	})

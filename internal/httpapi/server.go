@@ -20,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/payment"
@@ -37,11 +38,12 @@ type Backend interface {
 	// Authenticate returns the merchant owning apiKey, or payment.ErrUnauthenticated;
 	// client is the caller's address (see clientOf), for a failure budget.
 	Authenticate(ctx context.Context, apiKey, client string) (uuid.UUID, error)
-	// Idempotent runs op at most once per (merchant, key); see postgres.Store.Idempotent.
-	Idempotent(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error)
+	// Idempotent runs step at most once per (merchant, key); see
+	// idempotency.Keys.Idempotent.
+	Idempotent(ctx context.Context, req idempotency.Request, step idempotency.Step[payment.Ledger]) (idempotency.Result, error)
 	// CreateCharge executes a charge at most once per (merchant, key), group
 	// committed with concurrent charges; see charging.Path.CreateCharge.
-	CreateCharge(ctx context.Context, req idempotency.ChargeRequest) (idempotency.Result, error)
+	CreateCharge(ctx context.Context, req chargedb.KeyedCharge) (idempotency.Result, error)
 	// WebhookEndpoints, WebhookEndpoint and DeleteWebhookEndpoint list, read
 	// and delete a merchant's live webhook endpoints, never showing their
 	// secrets; another merchant's endpoint is payment.ErrNotFound. See

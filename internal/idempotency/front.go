@@ -3,6 +3,8 @@ package idempotency
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Front is the in-process front of the key store: a request is answered from
@@ -29,7 +31,7 @@ func (f *Front) Do(ctx context.Context, req Request, exec func(context.Context) 
 	}
 	return f.coalescer.Do(ctx, req, func(ctx context.Context) (Result, error) {
 		res, err := exec(ctx)
-		if err == nil {
+		if err == nil && res.Operation == uuid.Nil { // an operation going on has no response yet
 			f.cache.Add(req, res.Response, res.StoredAt)
 		}
 		return res, err

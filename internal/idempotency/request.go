@@ -31,6 +31,10 @@ type Result struct {
 	// StoredAt is when the response was stored under the key, by the
 	// database's clock; the key expires StoredAt plus the retention.
 	StoredAt time.Time
+	// Operation, when set, is the operation the key is bound to, still
+	// going on: there is no response yet (Status is 0), and the caller
+	// answers from the operation (see Keys.Idempotent).
+	Operation uuid.UUID
 }
 
 // Errors of a request whose key is already known.

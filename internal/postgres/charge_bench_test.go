@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -66,7 +67,7 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 					i := n.Add(1)
 					var fp idempotency.Fingerprint
 					_, _ = rand.Read(fp[:])
-					_, err := s.CreateCharge(ctx, idempotency.ChargeRequest{
+					_, err := s.CreateCharge(ctx, chargedb.KeyedCharge{
 						Request: idempotency.Request{MerchantID: merchant, Key: fmt.Sprint(run, i), Fingerprint: fp},
 						Charge:  payment.NewCharge{AccountID: accounts[i%int64(len(accounts))], Amount: 1, Currency: "USD"},
 						Render:  testkit.RenderCharge,

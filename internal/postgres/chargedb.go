@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/exactlyonce/payments/internal/charging/chargedb"
-	"github.com/exactlyonce/payments/internal/idempotency"
 )
 
 // ChargeDB is the charge path's SQL behind the port its use case declares
@@ -27,7 +26,7 @@ func (s *ChargeDB) Ping(ctx context.Context) error { return s.ping(ctx) }
 
 // Lock begins a batch's transaction on a pooled connection and runs its
 // first round trip (lockBatch); see chargedb.Store.
-func (s *ChargeDB) Lock(ctx context.Context, reqs []idempotency.ChargeRequest, w chargedb.Waits) (chargedb.Tx, *chargedb.Locks, error) {
+func (s *ChargeDB) Lock(ctx context.Context, reqs []chargedb.KeyedCharge, w chargedb.Waits) (chargedb.Tx, *chargedb.Locks, error) {
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return nil, nil, chargeErr(err)

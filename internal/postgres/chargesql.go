@@ -50,7 +50,7 @@ FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS u(m, k, i)`
 	// transaction's clock.
 	lookupKeysSQL = `
 SELECT u.i, now(), ik.fingerprint, ik.status, coalesce(ik.location, ''), ik.body, ik.body_encoding, ik.created_at,
-       ik.created_at < now() - $3::interval
+       ik.status IS NOT NULL AND ik.created_at < now() - $3::interval
 FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS u(m, k, i)
 LEFT JOIN idempotency_keys ik ON ik.merchant_id = u.m AND ik.key = u.k
 ORDER BY u.i`
@@ -67,7 +67,7 @@ WHERE (a.merchant_id, a.id) IN (
     FROM unnest($1::uuid[], $2::text[], $3::uuid[], current_setting('payments.keys_locked')::bool[]) AS u(m, k, a, locked)
     WHERE u.locked AND NOT EXISTS (
         SELECT FROM idempotency_keys ik
-        WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at >= now() - $4::interval))
+        WHERE ik.merchant_id = u.m AND ik.key = u.k AND (ik.status IS NULL OR ik.created_at >= now() - $4::interval)))
 ORDER BY a.merchant_id, a.id
 FOR UPDATE OF a SKIP LOCKED`
 
@@ -109,7 +109,7 @@ SELECT set_config('lock_timeout',
 	deleteExpiredKeysOfSQL = `
 DELETE FROM idempotency_keys ik
 USING unnest($1::uuid[], $2::text[]) AS u(m, k)
-WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.created_at < now() - $3::interval`
+WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.status IS NOT NULL AND ik.created_at < now() - $3::interval`
 
 	// writeChargesSQL records a batch's decisions: the debits, the charges
 	// (succeeded and failed) and their events in the members' order, and every
@@ -154,7 +154,7 @@ var defaultChargeStatements = chargeStatements{tryLockKeysSQL, lookupKeysSQL, lo
 // locks, their stored responses and their accounts (see the top of
 // internal/charging/charging.go), and, when some account did not come back,
 // findBusy.
-func (s *ChargeDB) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, mode chargedb.Waits) (*chargedb.Locks, error) {
+func (s *ChargeDB) lockBatch(ctx context.Context, conn *pgxpool.Conn, reqs []chargedb.KeyedCharge, mode chargedb.Waits) (*chargedb.Locks, error) {
 	n := len(reqs)
 	merchants, keys, accountIDs := make([]pgtype.UUID, n), make([]string, n), make([]pgtype.UUID, n)
 	for i, r := range reqs {
@@ -328,7 +328,7 @@ func readStoredKeys(br pgx.BatchResults, n int) ([]chargedb.StoredKey, time.Time
 // did not come back either do not exist (404) or are locked by another
 // transaction, skipped. One more round trip tells which, only when there are
 // any.
-func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []idempotency.ChargeRequest, r *chargedb.Locks) error {
+func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []chargedb.KeyedCharge, r *chargedb.Locks) error {
 	var merchants, ids []pgtype.UUID
 	seen := make(map[chargedb.AccountKey]bool)
 	for i, req := range reqs {

@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 )
 
 // maxAttempts bounds how often a transaction that hit a deadlock or a
-// serialization failure is run again.
+// serialization failure is run again (inTxRetried).
 const maxAttempts = 3
 
 const (
@@ -27,13 +31,14 @@ ON CONFLICT (merchant_id, key) DO NOTHING
 RETURNING true`
 
 	lookupKeySQL = `
-SELECT fingerprint, status, coalesce(location, ''), body, body_encoding, created_at, created_at < now() - $3::interval
+SELECT fingerprint, status, coalesce(location, ''), body, body_encoding, operation_id, created_at,
+       status IS NOT NULL AND created_at < now() - $3::interval
 FROM idempotency_keys
 WHERE merchant_id = $1 AND key = $2`
 
 	deleteExpiredKeySQL = `
 DELETE FROM idempotency_keys
-WHERE merchant_id = $1 AND key = $2 AND created_at < now() - $3::interval`
+WHERE merchant_id = $1 AND key = $2 AND status IS NOT NULL AND created_at < now() - $3::interval`
 
 	// storeResponseSQL stores the response and starts the key's retention:
 	// counted from the claim, a request slower than the retention would
@@ -43,134 +48,194 @@ UPDATE idempotency_keys
 SET status = $3, location = nullif($4, ''), body = $5, body_encoding = $6, created_at = clock_timestamp()
 WHERE merchant_id = $1 AND key = $2
 RETURNING created_at`
+
+	// bindKeySQL binds a claimed key to the operation going on under it.
+	// Its retention starts when the operation answers it.
+	bindKeySQL = `
+UPDATE idempotency_keys SET operation_id = $3
+WHERE merchant_id = $1 AND key = $2`
 )
 
-// Idempotent executes step at most once per (merchant, key). In one
-// transaction it claims the key (its advisory lock, then the unique index),
-// runs step, and stores step's response; if anything fails, all of it rolls
-// back and a retry starts clean.
+// Keys is the store of keyed writes (idempotency.Store): it answers the
+// key contract's statements, and the ledger's, in one transaction; the
+// algorithm that runs them is idempotency.Keys.
 //
-// When the key is already stored, step does not run: the stored response is
-// returned as a replay, or idempotency.ErrKeyReused when req's fingerprint
-// differs. When another transaction holds the key, Idempotent waits for it up to
-// KeyWait and then answers from its outcome, or returns idempotency.ErrKeyInUse.
-// Database outages are reported as payment.ErrUnavailable.
-func (s *Keys) Idempotent(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error) {
-	for attempt := 1; ; attempt++ {
-		res, err := s.idempotentOnce(ctx, req, step)
-		if err != nil && retryable(err) && attempt < maxAttempts {
-			continue
-		}
-		return res, asUnavailable(err)
-	}
-}
-
-func (s *Keys) idempotentOnce(ctx context.Context, req idempotency.Request, step idempotency.Step) (idempotency.Result, error) {
-	var (
-		res    idempotency.Result
-		events int
-	)
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		// Twice at most: a key found expired is deleted and claimed afresh.
-		for range 2 {
-			claimed, err := claimKey(ctx, tx, req)
-			if err != nil {
-				return err
-			}
-			if claimed {
-				res, events, err = runStep(ctx, tx, req, step)
-				return err
-			}
-			var found bool
-			if res, found, err = s.replay(ctx, tx, req); found || err != nil {
-				return err
-			}
-		}
-		return errors.New("idempotency key vanished twice while being claimed")
-	})
-	if err == nil && events > 0 {
-		s.eventsCommitted()
-	}
-	return res, err
-}
-
-// runStep runs step for a freshly claimed key and stores its response, which
-// starts the key's retention (Result.StoredAt). It reports how many events step
-// wrote.
-func runStep(ctx context.Context, tx pgx.Tx, req idempotency.Request, step idempotency.Step) (idempotency.Result, int, error) {
-	l := &ledger{q: tx}
-	resp, err := step(ctx, l)
+// BeginKeyed begins a keyed write's transaction on a pooled connection.
+func (s *Keys) BeginKeyed(ctx context.Context) (idempotency.Tx[payment.Ledger], error) {
+	k, err := s.beginKeyTx(ctx)
 	if err != nil {
-		return idempotency.Result{}, 0, err
+		return nil, err
 	}
-	body, encoding := encodeBody(resp.Body)
-	var storedAt time.Time
-	if err := tx.QueryRow(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, body, encoding).Scan(&storedAt); err != nil {
-		return idempotency.Result{}, 0, fmt.Errorf("store response: %w", err)
-	}
-	return idempotency.Result{Response: resp, StoredAt: storedAt}, l.events, nil
+	t := &ledgerTx{keyTx: k}
+	t.l.q = k.tx
+	return t, nil
 }
 
-// replay answers req from the response stored under its key. It reports
-// found=false when there is none to answer from: the janitor removed the row
-// after the claim saw it, or it has expired (and is now deleted), so the
-// caller claims the key afresh.
-func (s *Keys) replay(ctx context.Context, tx pgx.Tx, req idempotency.Request) (res idempotency.Result, found bool, err error) {
-	var (
-		stored   []byte
-		resp     idempotency.Response
-		status   *int32
-		encoding *string
-		storedAt time.Time
-		expired  bool
-	)
-	err = tx.QueryRow(ctx, lookupKeySQL, req.MerchantID, req.Key, s.opts.KeyTTL).
-		Scan(&stored, &status, &resp.Location, &resp.Body, &encoding, &storedAt, &expired)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return idempotency.Result{}, false, nil
-	case err != nil:
-		return idempotency.Result{}, false, fmt.Errorf("look up key: %w", err)
-	case expired:
-		if _, err := tx.Exec(ctx, deleteExpiredKeySQL, req.MerchantID, req.Key, s.opts.KeyTTL); err != nil {
-			return idempotency.Result{}, false, fmt.Errorf("delete expired key: %w", err)
-		}
-		if s.opts.OnExpired != nil {
-			s.opts.OnExpired()
-		}
-		return idempotency.Result{}, false, nil
-	case status == nil || len(stored) != len(req.Fingerprint):
-		// Cannot happen: the row and its response commit together.
-		return idempotency.Result{}, false, errors.New("stored idempotency key has no response")
-	}
-	resp.Status = int(*status)
-	if resp.Body, err = decodeBody(resp.Body, encoding); err != nil {
-		return idempotency.Result{}, false, err
-	}
-	// The stored response is answered only once the standby has it (durable.go).
-	if _, err := tx.Exec(ctx, confirmSQL); err != nil {
-		return idempotency.Result{}, false, fmt.Errorf("confirm stored key: %w", err)
-	}
-	res, err = idempotency.Replay(req, idempotency.Fingerprint(stored), resp)
-	res.StoredAt = storedAt
-	return res, true, err
+// ledgerTx is a keyed write whose work is the ledger's (payment.Ledger).
+type ledgerTx struct {
+	*keyTx
+	l ledger
 }
 
-// claimKey inserts the key row. If a committed row exists it reports false;
-// if an uncommitted one exists, PostgreSQL makes the insert wait for that
-// transaction (bounded by lock_timeout) and then decides.
-func claimKey(ctx context.Context, tx pgx.Tx, req idempotency.Request) (bool, error) {
+func (t *ledgerTx) Work() payment.Ledger { return &t.l }
+
+// Commit commits and, when the ledger wrote events, wakes the relay.
+func (t *ledgerTx) Commit(ctx context.Context) error {
+	if err := t.keyTx.Commit(ctx); err != nil {
+		return err
+	}
+	if t.l.events > 0 {
+		t.db.eventsCommitted()
+	}
+	return nil
+}
+
+// keyTx is a transaction on a pooled connection with the statements on a
+// key's row (idempotency.Tx but for Work). Its errors are the key
+// contract's: idempotency.ErrConflict for a deadlock or a serialization
+// failure, idempotency.ErrKeyInUse for a key lock that stayed held, and
+// payment.ErrUnavailable for a database that is not there.
+type keyTx struct {
+	db   *db
+	conn *pgxpool.Conn
+	tx   pgx.Tx
+	done bool
+}
+
+func (s *db) beginKeyTx(ctx context.Context) (*keyTx, error) {
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return nil, keyError(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		conn.Release()
+		return nil, keyError(fmt.Errorf("begin: %w", err))
+	}
+	return &keyTx{db: s, conn: conn, tx: tx}, nil
+}
+
+// WorkError turns an error of the work's statements into the key
+// contract's.
+func (t *keyTx) WorkError(err error) error { return keyError(err) }
+
+// keyError turns a driver's error into the key contract's.
+func keyError(err error) error {
+	if retryable(err) {
+		return fmt.Errorf("%w: %w", idempotency.ErrConflict, err)
+	}
+	return asUnavailable(err)
+}
+
+// Claim inserts the key row. If a committed row exists it reports false; if
+// an uncommitted one exists, the key's advisory lock makes the insert wait
+// for that transaction (bounded by lock_timeout) and then decide.
+func (t *keyTx) Claim(ctx context.Context, req idempotency.Request) (bool, error) {
 	var claimed bool
-	err := tx.QueryRow(ctx, claimKeySQL, req.MerchantID, req.Key, req.Fingerprint[:]).Scan(&claimed)
+	err := t.tx.QueryRow(ctx, claimKeySQL, req.MerchantID, req.Key, req.Fingerprint[:]).Scan(&claimed)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
 	case hasCode(err, codeLockNotAvailable):
 		return false, idempotency.ErrKeyInUse
 	case err != nil:
-		return false, fmt.Errorf("claim key: %w", err)
+		return false, keyError(fmt.Errorf("claim key: %w", err))
 	}
 	return true, nil
+}
+
+// Lookup reads the row under req's key, its body decoded.
+func (t *keyTx) Lookup(ctx context.Context, req idempotency.Request, ttl time.Duration) (idempotency.Stored, error) {
+	var (
+		st       idempotency.Stored
+		status   *int32
+		encoding *string
+		op       pgtype.UUID
+	)
+	err := t.tx.QueryRow(ctx, lookupKeySQL, req.MerchantID, req.Key, ttl).
+		Scan(&st.Fingerprint, &status, &st.Response.Location, &st.Response.Body, &encoding, &op, &st.StoredAt, &st.Expired)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return idempotency.Stored{}, nil
+	case err != nil:
+		return idempotency.Stored{}, keyError(fmt.Errorf("look up key: %w", err))
+	}
+	st.Found = true
+	if op.Valid {
+		st.Operation = op.Bytes
+	}
+	if status == nil {
+		return st, nil
+	}
+	st.Response.Status = int(*status)
+	if st.Response.Body, err = decodeBody(st.Response.Body, encoding); err != nil {
+		return idempotency.Stored{}, err
+	}
+	return st, nil
+}
+
+// DeleteExpired deletes the key's row if it is still older than ttl.
+func (t *keyTx) DeleteExpired(ctx context.Context, req idempotency.Request, ttl time.Duration) error {
+	if _, err := t.tx.Exec(ctx, deleteExpiredKeySQL, req.MerchantID, req.Key, ttl); err != nil {
+		return keyError(fmt.Errorf("delete expired key: %w", err))
+	}
+	return nil
+}
+
+// Store stores resp under the claimed key, which starts its retention.
+func (t *keyTx) Store(ctx context.Context, req idempotency.Request, resp idempotency.Response) (time.Time, error) {
+	body, encoding := encodeBody(resp.Body)
+	var storedAt time.Time
+	if err := t.tx.QueryRow(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, body, encoding).Scan(&storedAt); err != nil {
+		return time.Time{}, keyError(fmt.Errorf("store response: %w", err))
+	}
+	return storedAt, nil
+}
+
+// Bind binds the claimed key to op: the row keeps no response until the
+// operation's store answers it (answerKeySQL).
+func (t *keyTx) Bind(ctx context.Context, req idempotency.Request, op uuid.UUID) error {
+	if _, err := t.tx.Exec(ctx, bindKeySQL, req.MerchantID, req.Key, op); err != nil {
+		return keyError(fmt.Errorf("bind key: %w", err))
+	}
+	return nil
+}
+
+// Confirm makes the commit wait for the standby (durable.go): a stored
+// response is answered only once the standby has it.
+func (t *keyTx) Confirm(ctx context.Context) error {
+	if _, err := t.tx.Exec(ctx, confirmSQL); err != nil {
+		return keyError(fmt.Errorf("confirm stored key: %w", err))
+	}
+	return nil
+}
+
+// Commit commits, on no request's context and confirmed by the synchronous
+// standby, if any (durable.go).
+func (t *keyTx) Commit(ctx context.Context) error {
+	commitCtx, cancel := t.db.commitContext(ctx)
+	defer cancel()
+	takeWarning(t.conn.Conn().PgConn())
+	err := t.tx.Commit(commitCtx)
+	t.done = true
+	if err != nil {
+		return keyError(err)
+	}
+	if n := takeWarning(t.conn.Conn().PgConn()); n != nil {
+		return errNotConfirmed(n)
+	}
+	return nil
+}
+
+// Close rolls back unless the transaction committed, and releases the
+// connection (closed, if the rollback failed).
+func (t *keyTx) Close() {
+	if !t.done {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = t.tx.Rollback(ctx)
+	}
+	t.conn.Release()
 }
 
 // janitorLockKey is the advisory lock that lets one janitor run at a time.
@@ -182,7 +247,7 @@ const deleteExpiredKeysSQL = `
 DELETE FROM idempotency_keys
 WHERE (merchant_id, key) IN (
     SELECT merchant_id, key FROM idempotency_keys
-    WHERE created_at < now() - $1::interval
+    WHERE created_at < now() - $1::interval AND status IS NOT NULL
     ORDER BY created_at
     LIMIT $2
 )`

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -99,7 +100,7 @@ SELECT $1, a, 'USD', 1000000000000 FROM unnest($2::uuid[]) a`, merchant, account
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
 				account := accounts[i%int64(len(accounts))]
 				body := []byte(`{"account_id":"` + payment.FormatID(payment.PrefixAccount, account) + `","amount":100,"currency":"USD"}`)
-				_, err := path.CreateCharge(ctx, idempotency.ChargeRequest{
+				_, err := path.CreateCharge(ctx, chargedb.KeyedCharge{
 					Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(),
 						Fingerprint: idempotency.NewFingerprint(http.MethodPost, "/v1/charges", body)},
 					Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"},

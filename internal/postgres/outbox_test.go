@@ -10,6 +10,7 @@ import (
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestOutboxLease: one process at a time holds the lease; a quiet wait is not
@@ -71,7 +72,7 @@ func TestBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"a", "b"} {
-		_, err := s.Idempotent(ctx, idempotency.Request{MerchantID: merchant, Key: key},
+		_, err := testkit.Execute(ctx, s, idempotency.Request{MerchantID: merchant, Key: key},
 			func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
 				_, err := l.CreateAccount(ctx, merchant, payment.NewAccount{Currency: "USD"})
 				return idempotency.Response{Status: 201, Body: []byte(`{}`)}, err

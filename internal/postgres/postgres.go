@@ -60,8 +60,6 @@ type Options struct {
 	// KeyTTL is how long idempotency keys are kept (default 24h). An older key
 	// that the janitor has not yet removed is treated as absent.
 	KeyTTL time.Duration
-	// OnExpired, if set, is called when a request finds its key expired.
-	OnExpired func()
 	// CommitWait bounds a commit's wait for the synchronous standby (default
 	// 5s); a commit the standby has not confirmed by then is not acknowledged
 	// (durable.go).

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -138,7 +139,7 @@ func TestCommitsWithEventsWakeTheRelay(t *testing.T) {
 	}
 	req := idempotency.Request{MerchantID: merchant, Key: "open", Fingerprint: idempotency.Fingerprint{1}}
 
-	if _, err := s.Idempotent(ctx, req, openAccount); err != nil {
+	if _, err := testkit.Execute(ctx, s, req, openAccount); err != nil {
 		t.Fatal(err)
 	}
 	if !notified(t, listener, 10*time.Second) {
@@ -147,7 +148,7 @@ func TestCommitsWithEventsWakeTheRelay(t *testing.T) {
 	// A spurious notification would follow within milliseconds (the notifier
 	// sends at most one per 10 ms); half a second is ample.
 	const quiet = 500 * time.Millisecond
-	if res, err := s.Idempotent(ctx, req, openAccount); err != nil || !res.Replayed {
+	if res, err := testkit.Execute(ctx, s, req, openAccount); err != nil || !res.Replayed {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
 	if notified(t, listener, quiet) {
@@ -156,7 +157,7 @@ func TestCommitsWithEventsWakeTheRelay(t *testing.T) {
 	refusal := func(context.Context, payment.Ledger) (idempotency.Response, error) {
 		return idempotency.Response{Status: 404, Body: []byte(`{}`)}, nil
 	}
-	if _, err := s.Idempotent(ctx, idempotency.Request{MerchantID: merchant, Key: "refused"}, refusal); err != nil {
+	if _, err := testkit.Execute(ctx, s, idempotency.Request{MerchantID: merchant, Key: "refused"}, refusal); err != nil {
 		t.Fatal(err)
 	}
 	if notified(t, listener, quiet) {
@@ -169,7 +170,7 @@ func TestCommitsWithEventsWakeTheRelay(t *testing.T) {
 		}
 		return idempotency.Response{}, fault
 	}
-	if _, err := s.Idempotent(ctx, idempotency.Request{MerchantID: merchant, Key: "failing"}, failing); !errors.Is(err, fault) {
+	if _, err := testkit.Execute(ctx, s, idempotency.Request{MerchantID: merchant, Key: "failing"}, failing); !errors.Is(err, fault) {
 		t.Fatalf("failing operation: %v, want %v", err, fault)
 	}
 	if notified(t, listener, quiet) {
@@ -222,7 +223,7 @@ func notified(t *testing.T, conn *pgx.Conn, d time.Duration) bool {
 // with its account.created event.
 func openAccounts(s *postgres.Store, merchant uuid.UUID, n int) error {
 	for range n {
-		_, err := s.Idempotent(context.Background(), idempotency.Request{MerchantID: merchant, Key: uuid.NewString()},
+		_, err := testkit.Execute(context.Background(), s, idempotency.Request{MerchantID: merchant, Key: uuid.NewString()},
 			func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
 				_, err := l.CreateAccount(ctx, merchant, payment.NewAccount{Currency: "USD"})
 				return idempotency.Response{Status: 201, Body: []byte(`{}`)}, err
@@ -348,19 +349,19 @@ func TestExhaustedPoolIsUnavailable(t *testing.T) {
 		return idempotency.Response{Status: 201}, nil
 	}
 	req := idempotency.Request{MerchantID: merchant, Key: "k"}
-	if _, err := s.Idempotent(ctx, req, op); !errors.Is(err, payment.ErrUnavailable) {
+	if _, err := testkit.Execute(ctx, s, req, op); !errors.Is(err, payment.ErrUnavailable) {
 		t.Errorf("with the pool exhausted: %v, want ErrUnavailable", err)
 	}
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := s.Idempotent(gone, req, op); !errors.Is(err, context.Canceled) || errors.Is(err, payment.ErrUnavailable) {
+	if _, err := testkit.Execute(gone, s, req, op); !errors.Is(err, context.Canceled) || errors.Is(err, payment.ErrUnavailable) {
 		t.Errorf("with the client gone: %v, want context.Canceled", err)
 	}
 	held.Release()
 	if executed {
 		t.Error("the operation ran without a connection")
 	}
-	if res, err := s.Idempotent(ctx, req, op); err != nil || res.Status != 201 || !executed {
+	if res, err := testkit.Execute(ctx, s, req, op); err != nil || res.Status != 201 || !executed {
 		t.Errorf("with the connection back: %+v, %v; want the operation's 201", res, err)
 	}
 }
@@ -407,7 +408,7 @@ func TestChargesWakeTheRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	listener := listen(t, url)
-	req := idempotency.ChargeRequest{
+	req := chargedb.KeyedCharge{
 		Request: idempotency.Request{MerchantID: merchant, Key: "k-" + uuid.NewString(), Fingerprint: idempotency.Fingerprint{1}},
 		Charge:  payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"},
 		Render:  testkit.RenderCharge,

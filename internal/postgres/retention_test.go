@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -25,13 +26,13 @@ func TestRetentionCountsFromTheStoredResponse(t *testing.T) {
 	ctx := context.Background()
 	paths := map[string]func(s testkit.Service, req idempotency.Request, account uuid.UUID) (idempotency.Result, error){
 		"deposit": func(s testkit.Service, req idempotency.Request, account uuid.UUID) (idempotency.Result, error) {
-			return s.Idempotent(ctx, req, func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
+			return s.Execute(ctx, req, func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
 				_, err := l.Deposit(ctx, req.MerchantID, account, 500)
 				return idempotency.Response{Status: 201, Body: []byte(`{}`)}, err
 			})
 		},
 		"charge": func(s testkit.Service, req idempotency.Request, account uuid.UUID) (idempotency.Result, error) {
-			return s.CreateCharge(ctx, idempotency.ChargeRequest{Request: req, Render: testkit.RenderCharge,
+			return s.CreateCharge(ctx, chargedb.KeyedCharge{Request: req, Render: testkit.RenderCharge,
 				Charge: payment.NewCharge{AccountID: account, Amount: 100, Currency: "USD"}})
 		},
 	}
@@ -44,7 +45,7 @@ func TestRetentionCountsFromTheStoredResponse(t *testing.T) {
 				t.Fatal(err)
 			}
 			var account uuid.UUID
-			if _, err := s.Idempotent(ctx, idempotency.Request{MerchantID: merchant, Key: "open"},
+			if _, err := s.Execute(ctx, idempotency.Request{MerchantID: merchant, Key: "open"},
 				func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
 					a, err := l.CreateAccount(ctx, merchant, payment.NewAccount{Currency: "USD"})
 					if err == nil {

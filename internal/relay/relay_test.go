@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
@@ -62,7 +63,7 @@ func (e *env) exec(op func(ctx context.Context, l payment.Ledger) error) {
 	var fp idempotency.Fingerprint
 	_, _ = rand.Read(fp[:])
 	req := idempotency.Request{MerchantID: e.merchant, Key: uuid.NewString(), Fingerprint: fp}
-	_, err := e.store.Idempotent(context.Background(), req, func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
+	_, err := e.store.Execute(context.Background(), req, func(ctx context.Context, l payment.Ledger) (idempotency.Response, error) {
 		return idempotency.Response{Status: 201, Body: []byte("{}")}, op(ctx, l)
 	})
 	if err != nil {
@@ -104,7 +105,7 @@ func (e *env) charge(account uuid.UUID, amount int64) {
 	e.t.Helper()
 	var fp idempotency.Fingerprint
 	_, _ = rand.Read(fp[:])
-	_, err := e.store.CreateCharge(context.Background(), idempotency.ChargeRequest{
+	_, err := e.store.CreateCharge(context.Background(), chargedb.KeyedCharge{
 		Request: idempotency.Request{MerchantID: e.merchant, Key: uuid.NewString(), Fingerprint: fp},
 		Charge:  payment.NewCharge{AccountID: account, Amount: amount, Currency: "USD"},
 		Render: func(payment.Charge, []byte, error) (idempotency.Response, error) {

@@ -15,10 +15,11 @@ import (
 )
 
 // Service is the service's backend as cmd/payments wires it: the store, and
-// in front of it the charge use case (CreateCharge, Ready, Stats), which the
-// store no longer holds. It is an httpapi.Backend.
+// in front of it the keyed writes on the ledger (Idempotent) and the charge
+// use case (CreateCharge, Ready, Stats). It is an httpapi.Backend.
 type Service struct {
 	*postgres.Store
+	*idempotency.Keys[payment.Ledger]
 	*charging.Path
 }
 
@@ -47,10 +48,11 @@ func NewService(s *postgres.Store, opts postgres.Options, charge charging.Option
 	if charge.Waiters == 0 && opts.MaxConns > 0 {
 		charge.Waiters = max(1, int(opts.MaxConns)/2)
 	}
-	return Service{Store: s, Path: charging.New(s, charge)}
+	keys := idempotency.NewKeys(s.Keys, idempotency.KeysOptions{TTL: opts.KeyTTL})
+	return Service{Store: s, Keys: keys, Path: charging.New(s, charge)}
 }
 
-// RenderCharge is an idempotency.ChargeRenderer as simple as the API's: 201
+// RenderCharge is an chargedb.Renderer as simple as the API's: 201
 // with the charge, 402 for a failed one, 404 and 422 for a refusal.
 func RenderCharge(c payment.Charge, body []byte, err error) (idempotency.Response, error) {
 	switch {
@@ -75,4 +77,18 @@ func Connect(t testing.TB, url string) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// Execute runs step under req's key through the service's keyed writes, as
+// the API's handlers do, step's response stored with the key.
+func (s Service) Execute(ctx context.Context, req idempotency.Request,
+	step func(context.Context, payment.Ledger) (idempotency.Response, error)) (idempotency.Result, error) {
+	return s.Keys.Idempotent(ctx, req, idempotency.Respond(step))
+}
+
+// Execute is Service.Execute on a bare store, its keys kept for the default
+// retention.
+func Execute(ctx context.Context, s *postgres.Store, req idempotency.Request,
+	step func(context.Context, payment.Ledger) (idempotency.Response, error)) (idempotency.Result, error) {
+	return idempotency.NewKeys(s.Keys, idempotency.KeysOptions{}).Idempotent(ctx, req, idempotency.Respond(step))
 }

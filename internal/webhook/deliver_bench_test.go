@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/postgres"
@@ -110,7 +111,7 @@ INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD',
 	defer tick.Stop()
 	for i := range n {
 		<-tick.C
-		r, err := path.CreateCharge(ctx, idempotency.ChargeRequest{
+		r, err := path.CreateCharge(ctx, chargedb.KeyedCharge{
 			Request: idempotency.Request{MerchantID: s.merchant, Key: fmt.Sprint("delay-", i)},
 			Charge:  payment.NewCharge{AccountID: account, Amount: 1, Currency: "USD"},
 			Render:  testkit.RenderCharge,

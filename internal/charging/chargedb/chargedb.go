@@ -29,7 +29,7 @@ type Store interface {
 	// locked FOR UPDATE in (merchant_id, id) order, skipping those another
 	// transaction holds unless w.Accounts. Those skipped are Locks.Busy.
 	// On error the transaction is over and Tx is nil.
-	Lock(ctx context.Context, reqs []idempotency.ChargeRequest, w Waits) (Tx, *Locks, error)
+	Lock(ctx context.Context, reqs []KeyedCharge, w Waits) (Tx, *Locks, error)
 	// Ping checks that the database answers and takes writes; it returns
 	// payment.ErrUnavailable when it does not.
 	Ping(ctx context.Context) error
@@ -129,4 +129,18 @@ type ChargeRow struct {
 type KeyRow struct {
 	Req  idempotency.Request
 	Resp idempotency.Response
+}
+
+// Renderer turns a decided charge into the response stored under its key:
+// c is the charge, body its public JSON (also its event's data), and err is
+// payment.ErrAccountNotFound or payment.ErrCurrencyMismatch when the charge
+// was refused before it existed. An error from it fails the request,
+// storing nothing.
+type Renderer func(c payment.Charge, body []byte, err error) (idempotency.Response, error)
+
+// KeyedCharge is one charge to execute under its idempotency key.
+type KeyedCharge struct {
+	Request idempotency.Request
+	Charge  payment.NewCharge
+	Render  Renderer
 }
