@@ -56,11 +56,10 @@ UPDATE idempotency_keys SET operation_id = $3
 WHERE merchant_id = $1 AND key = $2`
 )
 
-// Keys is the store of keyed writes (idempotency.Store): it answers the
-// key contract's statements, and the ledger's, in one transaction; the
-// algorithm that runs them is idempotency.Keys.
-//
-// BeginKeyed begins a keyed write's transaction on a pooled connection.
+// BeginKeyed begins a keyed write's transaction on a pooled connection:
+// Keys is the store of keyed writes on the ledger (idempotency.Store), which
+// answers the key contract's statements and the ledger's in one
+// transaction; the algorithm that runs them is idempotency.Keys.
 func (s *Keys) BeginKeyed(ctx context.Context) (idempotency.Tx[payment.Ledger], error) {
 	k, err := s.beginKeyTx(ctx)
 	if err != nil {

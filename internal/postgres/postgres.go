@@ -142,7 +142,8 @@ type db struct {
 	confirmed confirmer
 }
 
-// Keys runs steps under idempotency keys and expires the keys.
+// Keys answers the statements of keyed writes on the ledger
+// (idempotency.Store; the algorithm is idempotency.Keys) and expires keys.
 type Keys struct{ *db }
 
 // Reader reads a merchant's objects.

@@ -83,7 +83,7 @@ func Connect(t testing.TB, url string) *pgx.Conn {
 // the API's handlers do, step's response stored with the key.
 func (s Service) Execute(ctx context.Context, req idempotency.Request,
 	step func(context.Context, payment.Ledger) (idempotency.Response, error)) (idempotency.Result, error) {
-	return s.Keys.Idempotent(ctx, req, idempotency.Respond(step))
+	return s.Idempotent(ctx, req, idempotency.Respond(step))
 }
 
 // Execute is Service.Execute on a bare store, its keys kept for the default
