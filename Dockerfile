@@ -1,5 +1,7 @@
 # syntax=docker/dockerfile:1
-# A small static image of the payments service: docker build -t payments .
+# A small static image of the payments service (and the card processor
+# simulator, procsim, that docker-compose.yml runs beside it for development):
+# docker build -t payments .
 # The build context leaves out what .dockerignore lists (.git, bin/, docs/, ...).
 # No HEALTHCHECK here: migrate and consume run this image too, without a server;
 # docker-compose.yml gives the payments service one (payments healthcheck).
@@ -24,10 +26,13 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath \
       -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildTime=${BUILD_TIME:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}" \
-      -o /out/payments ./cmd/payments
+      -o /out/payments ./cmd/payments && \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/procsim ./cmd/procsim
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/payments /usr/local/bin/payments
+# The card processor simulator (docs/processors.md), for development stacks.
+COPY --from=build /out/procsim /usr/local/bin/procsim
 USER nonroot:nonroot
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/payments"]

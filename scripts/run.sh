@@ -12,13 +12,19 @@
 #     whatever NATS answers on NATS_URL, default localhost:4222 (the relay waits
 #     for one, events stay in the outbox meanwhile).
 #  2. Builds bin/payments (make build), migrates, creates a development merchant.
-#  3. Writes bin/dev.sh (the merchant's API key, the addresses, pay and ids:
+#  3. Starts the card processor simulator (bin/procsim, docs/processors.md) on
+#     PROCSIM_ADDR, its state in a database of its own (procsim) on the same
+#     server, its webhooks signed with a fresh secret, and points the service
+#     at it (PROCESSOR_URL, PROCESSOR_WEBHOOK_SECRET): test cards charge with
+#     no account at any processor. It stops when make run stops.
+#  4. Writes bin/dev.sh (the merchant's API key, the addresses, pay and ids:
 #     scripts/dev.sh.tmpl), prints a curl session built on it, and serves on
 #     HTTP_ADDR, with Prometheus metrics on METRICS_ADDR, webhook endpoints on
 #     this machine allowed (WEBHOOK_ALLOW_PRIVATE_NETWORKS, default true here).
 #
 # Environment: DATABASE_URL, NATS_URL, HTTP_ADDR (default 127.0.0.1:8080),
-# METRICS_ADDR (default 127.0.0.1:9464; off: none), POSTGRES_PORT and NATS_PORT
+# METRICS_ADDR (default 127.0.0.1:9464; off: none), PROCSIM_ADDR (default
+# 127.0.0.1:8090), POSTGRES_PORT and NATS_PORT
 # (host ports of the Compose postgres and nats, default 5432 and 4222; keep
 # moved ones in .env, which docker compose reads too). A port make run needs
 # that is taken fails it before anything starts, naming the variable to set;
@@ -36,7 +42,7 @@ port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 # The variables the caller set, kept in every hint so that following one does
 # not undo another.
 given=()
-for var in DATABASE_URL NATS_URL HTTP_ADDR METRICS_ADDR POSTGRES_PORT NATS_PORT; do
+for var in DATABASE_URL NATS_URL HTTP_ADDR METRICS_ADDR PROCSIM_ADDR POSTGRES_PORT NATS_PORT; do
 	[ -z "${!var:-}" ] || given+=("$var=${!var}")
 done
 # hint VAR=VALUE: the command to run again, with VAR=VALUE and what was given;
@@ -112,6 +118,10 @@ if [ "$METRICS_ADDR" != off ]; then
 	free_or_die "$metrics_port" "METRICS_ADDR=$METRICS_ADDR; another payments serve, say" \
 		"METRICS_ADDR=127.0.0.1:$((metrics_port + 1))"
 fi
+export PROCSIM_ADDR=${PROCSIM_ADDR:-127.0.0.1:8090}
+procsim_port=${PROCSIM_ADDR##*:}
+free_or_die "$procsim_port" "PROCSIM_ADDR=$PROCSIM_ADDR; another make run's simulator, say" \
+	"PROCSIM_ADDR=127.0.0.1:$((procsim_port + 1))"
 
 # --- 1. PostgreSQL ---------------------------------------------------------------
 if [ -n "${DATABASE_URL:-}" ]; then
@@ -188,18 +198,42 @@ api_key=$(printf '%s\n' "$creds" | sed -n 's/.*"api_key"[[:space:]]*:[[:space:]]
 [ -n "$api_key" ] ||
 	die "could not read api_key from the output of 'payments merchants create':" "$creds"
 
-# --- 3. The curl session, then serve -------------------------------------------------
 host=${HTTP_ADDR%:*}
 port=${HTTP_ADDR##*:}
 case $host in "" | 0.0.0.0 | "[::]" | "::") host=localhost ;; esac
 base="http://$host:$port"
 run_id=$(date +%s)
 
+# --- 3. The card processor simulator --------------------------------------------------
+say "building bin/procsim and starting the card processor simulator on $PROCSIM_ADDR"
+"${GO:-go}" build -o bin/procsim ./cmd/procsim
+# Its own database on the same server: DATABASE_URL with the database procsim.
+db_query=""
+case $DATABASE_URL in *\?*) db_query="?${DATABASE_URL#*\?}" ;; esac
+db_base=${DATABASE_URL%%\?*}
+export PROCSIM_DATABASE_URL="${db_base%/*}/procsim$db_query"
+secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+export PROCSIM_WEBHOOK_URL="$base/v1/processor/events" PROCSIM_WEBHOOK_SECRET="$secret"
+export PROCESSOR_URL="http://$PROCSIM_ADDR" PROCESSOR_WEBHOOK_SECRET="$secret"
+bin/procsim serve >bin/procsim.log 2>&1 &
+procsim_pid=$!
+trap 'kill "$procsim_pid" 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+	grep -q "listening on" bin/procsim.log 2>/dev/null && break
+	kill -0 "$procsim_pid" 2>/dev/null || die "the simulator did not start (bin/procsim.log):" "$(tail -n 20 bin/procsim.log)"
+	sleep 0.1
+done
+grep -q "listening on" bin/procsim.log ||
+	die "the simulator does not listen after 10 s (bin/procsim.log):" "$(tail -n 20 bin/procsim.log)"
+
+# --- 4. The curl session, then serve -------------------------------------------------
+
 # bin/dev.sh: the key, the addresses and two shell functions, for the sessions
 # of README.md and docs/ (sourced) and for the one printed below (inlined).
 mkdir -p bin
 sed -e "s|@API_KEY@|$api_key|" -e "s|@BASE@|$base|" -e "s|@DATABASE_URL@|$DATABASE_URL|" \
-	-e "s|@NATS_URL@|${NATS_URL:-nats://127.0.0.1:4222}|" scripts/dev.sh.tmpl >bin/dev.sh
+	-e "s|@NATS_URL@|${NATS_URL:-nats://127.0.0.1:4222}|" -e "s|@PROCESSOR_URL@|$PROCESSOR_URL|" \
+	-e "s|@PROCSIM_DATABASE_URL@|$PROCSIM_DATABASE_URL|" scripts/dev.sh.tmpl >bin/dev.sh
 session=$(
 	cat bin/dev.sh
 	cat <<SESSION
@@ -242,5 +276,7 @@ else
 	case $mhost in "" | 0.0.0.0 | "[::]" | "::") mhost=localhost ;; esac
 	say "metrics: http://$mhost:${METRICS_ADDR##*:}/metrics (METRICS_ADDR; not on the API port)"
 fi
+say "the card processor simulator: $PROCESSOR_URL (its log: bin/procsim.log; what it did: bin/procsim audit)"
 say "starting: payments serve on $HTTP_ADDR (Ctrl-C stops it after SHUTDOWN_DELAY, 5s by default; twice, at once)"
-exec bin/payments serve
+# Not exec: the EXIT trap stops the simulator once the service has stopped.
+bin/payments serve

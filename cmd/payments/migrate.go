@@ -186,41 +186,5 @@ func connectCause(err error) string {
 // ensureDatabase creates the database named in databaseURL when the server
 // reports it does not exist, so a newcomer needs no psql to get started.
 func ensureDatabase(ctx context.Context, databaseURL string, stderr io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cfg, err := pgx.ParseConfig(databaseURL)
-	if err != nil {
-		return fmt.Errorf("invalid DATABASE_URL: %w", err)
-	}
-	if cfg.ConnectTimeout == 0 {
-		// A host that drops packets costs one attempt 5 s, not the whole wait.
-		cfg.ConnectTimeout = 5 * time.Second
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err == nil {
-		return conn.Close(ctx)
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
-		return fmt.Errorf("connect to DATABASE_URL: %w", err)
-	}
-	name := cfg.Database
-	cfg.Database = "postgres"
-	admin, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("database %q does not exist, and connecting to database postgres to create it failed: %w", name, err)
-	}
-	defer admin.Close(ctx)
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+migrations.CreateDatabaseOptions)
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
-		// Created meanwhile, by another replica migrating at the same time,
-		// or already there but not yet replayed on the standby that a
-		// multi-host URL tried first (pgx stops at its "does not exist").
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create database %q: %w", name, err)
-	}
-	fmt.Fprintf(stderr, "created database %q\n", name)
-	return nil
+	return postgres.EnsureDatabase(ctx, "DATABASE_URL", databaseURL, migrations.CreateDatabaseOptions, stderr)
 }

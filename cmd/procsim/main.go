@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/procsim"
 )
 
@@ -100,6 +101,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	// Its own database, created when missing, so make run needs no psql.
+	if err := postgres.EnsureDatabase(ctx, "PROCSIM_DATABASE_URL", s.databaseURL, "ENCODING 'UTF8' TEMPLATE template0", stderr); err != nil {
+		return err
+	}
 	store, err := procsim.OpenStore(ctx, s.databaseURL)
 	if err != nil {
 		return err

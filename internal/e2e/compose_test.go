@@ -39,8 +39,8 @@ func TestMakeRunKeepsTheComposeStacksPorts(t *testing.T) {
 	st.waitHealthy("postgres")
 	ids := st.compose("ps", "-q")
 
-	httpAddr, metricsAddr := freeAddr(t), freeAddr(t)
-	env := []string{"HTTP_ADDR=" + httpAddr, "METRICS_ADDR=" + metricsAddr}
+	httpAddr, metricsAddr, procsimAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	env := []string{"HTTP_ADDR=" + httpAddr, "METRICS_ADDR=" + metricsAddr, "PROCSIM_ADDR=" + procsimAddr}
 	out := st.makeRun(env)
 	if !strings.Contains(out, fmt.Sprintf("the Compose stack runs already (PostgreSQL on localhost:%d, NATS on 127.0.0.1:%d)", st.pgPort, st.natsPort)) {
 		t.Errorf("make run did not reuse the stack on its .env ports:\n%s", out)
@@ -69,7 +69,7 @@ func TestMakeRunKeepsTheComposeStacksPorts(t *testing.T) {
 	cmd.Dir, cmd.Env = st.dir, append(append(st.env(), "SHUTDOWN_DELAY=0"), env...)
 	failed, err := cmd.CombinedOutput()
 	port, _ := strconv.Atoi(httpAddr[strings.LastIndex(httpAddr, ":")+1:])
-	want := fmt.Sprintf("Move it: METRICS_ADDR=%s HTTP_ADDR=127.0.0.1:%d make run", metricsAddr, port+1)
+	want := fmt.Sprintf("Move it: METRICS_ADDR=%s PROCSIM_ADDR=%s HTTP_ADDR=127.0.0.1:%d make run", metricsAddr, procsimAddr, port+1)
 	if err == nil || !strings.Contains(string(failed), want) || strings.Contains(string(failed), "building") ||
 		strings.Contains(string(failed), "API_KEY=") || time.Since(began) > 10*time.Second {
 		t.Errorf("make run with HTTP_ADDR taken: %v after %v; want a failure at once with %q, nothing built or printed:\n%s",
@@ -116,7 +116,7 @@ func (st *stack) env() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
-		case "DATABASE_URL", "NATS_URL", "HTTP_ADDR", "METRICS_ADDR", "POSTGRES_PORT", "NATS_PORT", "HTTP_PORT", "METRICS_PORT":
+		case "DATABASE_URL", "NATS_URL", "HTTP_ADDR", "METRICS_ADDR", "PROCSIM_ADDR", "POSTGRES_PORT", "NATS_PORT", "HTTP_PORT", "METRICS_PORT":
 		default:
 			env = append(env, kv)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit/procsimtest"
 )
 
 // sessionRoom is where the sessions run, as a reader's checkout after make
@@ -30,6 +31,8 @@ type sessionRoom struct {
 	repo, dir, bin string
 	databaseURL    string
 	natsURL        string
+	sim            *procsimtest.Sim // the card processor simulator, as make run starts it
+	simSecret      string
 	base           string
 	log            *testkit.LogBuffer // serve's JSON lines
 	db             *pgxpool.Pool      // to assert the money
@@ -94,23 +97,27 @@ func newSessionRoom(t *testing.T) *sessionRoom {
 
 	room.databaseURL = pgtest.NewDatabase(t)
 	room.natsURL = testkit.StartNATS(t).URL()
+	addr := freeAddr(t)
+	room.base = "http://" + addr
+	room.simSecret = "e2e-processor-webhook-secret"
+	room.sim = procsimtest.Start(t, "-webhook-url", room.base+"/v1/processor/events", "-webhook-secret", room.simSecret)
 	room.db, err = pgxpool.New(context.Background(), room.databaseURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(room.db.Close)
-	room.serve(t)
+	room.serve(t, addr)
 	return room
 }
 
-// serve starts payments serve as make run does (webhook endpoints on this
-// machine allowed), and waits for /readyz; the test's cleanup stops it.
-func (room *sessionRoom) serve(t *testing.T) {
+// serve starts payments serve on addr as make run does (webhook endpoints on
+// this machine allowed, the simulator as its card processor), and waits for
+// /readyz; the test's cleanup stops it.
+func (room *sessionRoom) serve(t *testing.T, addr string) {
 	t.Helper()
-	addr := freeAddr(t)
-	room.base = "http://" + addr
 	cmd := exec.Command(room.bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+room.databaseURL, "NATS_URL="+room.natsURL,
+		"PROCESSOR_URL="+room.sim.URL(), "PROCESSOR_WEBHOOK_SECRET="+room.simSecret,
 		"HTTP_ADDR="+addr, "METRICS_ADDR=127.0.0.1:0", "WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		"SHUTDOWN_DELAY=0", "RELAY_POLL=100ms", "LOG_LEVEL=info")
 	cmd.Stdout, cmd.Stderr = room.log, room.log
@@ -143,7 +150,8 @@ func (room *sessionRoom) devScript(apiKey string) string {
 		panic(err) // the repository's own file
 	}
 	return strings.NewReplacer("@API_KEY@", apiKey, "@BASE@", room.base,
-		"@DATABASE_URL@", room.databaseURL, "@NATS_URL@", room.natsURL).Replace(string(tmpl))
+		"@DATABASE_URL@", room.databaseURL, "@NATS_URL@", room.natsURL,
+		"@PROCESSOR_URL@", room.sim.URL(), "@PROCSIM_DATABASE_URL@", room.sim.DatabaseURL).Replace(string(tmpl))
 }
 
 // runSession runs the document's blocks that are not only checked, in order,
