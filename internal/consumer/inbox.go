@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/exactlyonce/payments/internal/payment"
@@ -24,11 +25,20 @@ type Inbox struct {
 // confirmed, so that the consumer acknowledges an event to NATS only once a
 // failover can no longer lose its effect.
 type Database interface {
-	// InTx runs fn in a transaction acknowledged only once confirmed.
-	InTx(ctx context.Context, fn func(pgx.Tx) error) error
+	// Begin begins a transaction whose commit is acknowledged only once
+	// confirmed.
+	Begin(ctx context.Context) (Tx, error)
 	// Confirm returns once everything committed before it is confirmed.
 	Confirm(ctx context.Context) error
 	Pool() *pgxpool.Pool
+}
+
+// Tx is a transaction of the Database: the inbox runs its own statements in
+// it. Close ends it, rolling it back unless it committed.
+type Tx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Commit(ctx context.Context) error
+	Close()
 }
 
 // NewInbox returns the inbox in db.
@@ -64,29 +74,39 @@ DO UPDATE SET balance = account_balances.balance + $3, events = account_balances
 // attempt's commit may be there on the primary alone (its wait cancelled),
 // and a redelivery found in the inbox must not be acknowledged on its word.
 func (in *Inbox) ApplyOnce(ctx context.Context, consumer string, e BalanceEffect) (bool, error) {
-	applied := false
-	err := in.db.InTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, inboxSQL, e.MerchantID, consumer, e.EventID)
-		if err != nil {
-			return fmt.Errorf("insert inbox row: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil // seen before
-		}
-		if e.AccountID != uuid.Nil { // uuid.Nil: about no account
-			if _, err := tx.Exec(ctx, projectBalanceSQL, e.MerchantID, e.AccountID, e.Delta); err != nil {
-				return fmt.Errorf("project balance: %w", err)
-			}
-		}
-		applied = true
-		return nil
-	})
+	applied, err := in.apply(ctx, consumer, e)
 	if err == nil && !applied {
 		// Seen before: this transaction wrote nothing, so its commit
 		// confirmed nothing.
 		err = in.db.Confirm(ctx)
 	}
 	return applied, err
+}
+
+// apply writes the inbox row and, for an event not seen before, its effect,
+// in one transaction, and reports whether it applied the event.
+func (in *Inbox) apply(ctx context.Context, consumer string, e BalanceEffect) (bool, error) {
+	tx, err := in.db.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Close()
+	tag, err := tx.Exec(ctx, inboxSQL, e.MerchantID, consumer, e.EventID)
+	if err != nil {
+		return false, fmt.Errorf("insert inbox row: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, tx.Commit(ctx) // seen before
+	}
+	if e.AccountID != uuid.Nil { // uuid.Nil: about no account
+		if _, err := tx.Exec(ctx, projectBalanceSQL, e.MerchantID, e.AccountID, e.Delta); err != nil {
+			return false, fmt.Errorf("project balance: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // ProjectedBalance returns the consumer's view of an account's balance and how

@@ -90,12 +90,36 @@ SELECT CASE WHEN current_setting('synchronous_standby_names') <> ''
 // synchronous standby). Once it commits confirmed, the standby has both.
 const confirmTxSQL = `BEGIN; ` + snapshotSQL + `; ` + confirmSQL + `; SELECT pg_current_xact_id_if_assigned()::text; COMMIT`
 
-// InTx runs fn in a transaction whose commit is acknowledged only once the
-// synchronous standby, if there is one, has it (durable.go): otherwise
-// payment.ErrUnavailable. fn's error rolls the transaction back. A
-// transaction that writes nothing commits without waiting: use Confirm for
-// an answer that rests on what it read.
-func (s *DB) InTx(ctx context.Context, fn func(pgx.Tx) error) error { return s.inTx(ctx, fn) }
+// Begin begins a transaction on a pooled connection, for a package that
+// keeps tables of its own in this database (the consumer's inbox): the
+// caller runs its statements, and this package runs none of the caller's
+// code. Its commit is acknowledged only once the synchronous standby, if
+// there is one, has it: otherwise payment.ErrUnavailable. A transaction
+// that writes nothing commits without waiting: use Confirm for an answer
+// that rests on what it read.
+func (s *DB) Begin(ctx context.Context) (*Tx, error) {
+	k, err := s.beginKeyTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Tx{k: k}, nil
+}
+
+// Tx is a transaction begun by DB.Begin. Close ends it, rolling it back
+// unless it committed, and releases its connection.
+type Tx struct{ k *keyTx }
+
+// Exec runs one statement in the transaction.
+func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.k.tx.Exec(ctx, sql, args...)
+}
+
+// Commit commits, on no request's context, acknowledged only once the
+// synchronous standby, if any, confirmed it.
+func (t *Tx) Commit(ctx context.Context) error { return t.k.Commit(ctx) }
+
+// Close rolls back unless the transaction committed, and releases it.
+func (t *Tx) Close() { t.k.Close() }
 
 // inTxRetried is inTx, run again up to maxAttempts in all while it fails
 // with a deadlock or a serialization failure: for transactions that lock
