@@ -36,7 +36,12 @@ func TestRelayAndConsumeExportMetrics(t *testing.T) {
 	}
 
 	account := s.account(1000) // account.created, deposit.created
-	text := s.waitForValue("relay", "payments_relay_published_total", 2)
+	// The relay counts an event published as its acknowledgement arrives,
+	// and observes the batch after the last one: a scrape in between sees
+	// them apart, so each is waited for.
+	s.waitForValue("relay", "payments_relay_published_total", 2)
+	s.waitForValue("relay", "payments_relay_commit_to_publish_seconds_count", 2)
+	text := s.waitForValue("relay", "payments_relay_batch_events_sum", 2)
 	for series, want := range map[string]float64{
 		"payments_relay_commit_to_publish_seconds_count": 2,
 		"payments_relay_batch_events_sum":                2,

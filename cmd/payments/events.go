@@ -113,7 +113,7 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer nc.Close()
-	c, err := consumer.New(consumer.NewInbox(consumerDatabase{db}), nc, log)
+	c, err := consumer.New(consumer.NewInbox(db), nc, log)
 	if err != nil {
 		return err
 	}
@@ -159,16 +159,4 @@ func outboxSampler(monitor *postgres.Monitor, warn time.Duration, log *slog.Logg
 		return metrics.OutboxSample{Backlog: st.Backlog, Oldest: st.Oldest, Held: st.Held,
 			DueDeliveries: due.Due, Overdue: due.Overdue}, nil
 	}
-}
-
-// consumerDatabase is the database's handle as the consumer's inbox uses it
-// (consumer.Database), its transactions as consumer.Tx.
-type consumerDatabase struct{ *postgres.DB }
-
-func (d consumerDatabase) Begin(ctx context.Context) (consumer.Tx, error) {
-	tx, err := d.DB.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return tx, nil
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/exactlyonce/payments/internal/payment"
@@ -26,19 +25,11 @@ type Inbox struct {
 // failover can no longer lose its effect.
 type Database interface {
 	// Begin begins a transaction whose commit is acknowledged only once
-	// confirmed.
-	Begin(ctx context.Context) (Tx, error)
+	// confirmed; its Rollback, deferred, ends it.
+	Begin(ctx context.Context) (pgx.Tx, error)
 	// Confirm returns once everything committed before it is confirmed.
 	Confirm(ctx context.Context) error
 	Pool() *pgxpool.Pool
-}
-
-// Tx is a transaction of the Database: the inbox runs its own statements in
-// it. Close ends it, rolling it back unless it committed.
-type Tx interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Commit(ctx context.Context) error
-	Close()
 }
 
 // NewInbox returns the inbox in db.
@@ -90,7 +81,7 @@ func (in *Inbox) apply(ctx context.Context, consumer string, e BalanceEffect) (b
 	if err != nil {
 		return false, err
 	}
-	defer tx.Close()
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after a commit, only releases it
 	tag, err := tx.Exec(ctx, inboxSQL, e.MerchantID, consumer, e.EventID)
 	if err != nil {
 		return false, fmt.Errorf("insert inbox row: %w", err)

@@ -93,33 +93,37 @@ const confirmTxSQL = `BEGIN; ` + snapshotSQL + `; ` + confirmSQL + `; SELECT pg_
 // Begin begins a transaction on a pooled connection, for a package that
 // keeps tables of its own in this database (the consumer's inbox): the
 // caller runs its statements, and this package runs none of the caller's
-// code. Its commit is acknowledged only once the synchronous standby, if
+// code. Its Commit is acknowledged only once the synchronous standby, if
 // there is one, has it: otherwise payment.ErrUnavailable. A transaction
 // that writes nothing commits without waiting: use Confirm for an answer
-// that rests on what it read.
-func (s *DB) Begin(ctx context.Context) (*Tx, error) {
+// that rests on what it read. Rollback ends it and releases its connection,
+// after a Commit too (pgx's idiom defers it): call it once done.
+func (s *DB) Begin(ctx context.Context) (pgx.Tx, error) {
 	k, err := s.beginKeyTx(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &Tx{k: k}, nil
+	return &confirmedTx{Tx: k.tx, k: k}, nil
 }
 
-// Tx is a transaction begun by DB.Begin. Close ends it, rolling it back
-// unless it committed, and releases its connection.
-type Tx struct{ k *keyTx }
-
-// Exec runs one statement in the transaction.
-func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return t.k.tx.Exec(ctx, sql, args...)
+// confirmedTx is a pgx.Tx whose Commit is confirmed (keyTx.Commit) and whose
+// Rollback releases its connection.
+type confirmedTx struct {
+	pgx.Tx
+	k        *keyTx
+	released bool
 }
 
-// Commit commits, on no request's context, acknowledged only once the
-// synchronous standby, if any, confirmed it.
-func (t *Tx) Commit(ctx context.Context) error { return t.k.Commit(ctx) }
+func (t *confirmedTx) Commit(ctx context.Context) error { return t.k.Commit(ctx) }
 
-// Close rolls back unless the transaction committed, and releases it.
-func (t *Tx) Close() { t.k.Close() }
+func (t *confirmedTx) Rollback(context.Context) error {
+	if t.released {
+		return pgx.ErrTxClosed
+	}
+	t.released = true
+	t.k.Close()
+	return nil
+}
 
 // inTxRetried is inTx, run again up to maxAttempts in all while it fails
 // with a deadlock or a serialization failure: for transactions that lock

@@ -41,6 +41,7 @@ import (
 	"github.com/exactlyonce/payments/internal/charging"
 	"github.com/exactlyonce/payments/internal/httpapi"
 	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/postgres"
 )
 
@@ -67,7 +68,8 @@ func run(ctx context.Context, dbURL, out string) error {
 	defer store.Close()
 	// The charge path over the store, as serve wires them with its defaults
 	// (IDEMPOTENCY_WAIT and COMMIT_WAIT 5 s, half of 20 connections).
-	api := httpapi.New(backend{store, charging.New(store, charging.Options{})}, slog.New(slog.NewJSONHandler(io.Discard, nil)), httpapi.Options{
+	keys := idempotency.NewKeys(store.Keys, idempotency.KeysOptions{})
+	api := httpapi.New(backend{store, keys, charging.New(store, charging.Options{})}, slog.New(slog.NewJSONHandler(io.Discard, nil)), httpapi.Options{
 		Spec:  payments.OpenAPI,
 		Front: idempotency.NewFront(1000, 1<<20, 24*time.Hour, 5*time.Second),
 	})
@@ -111,6 +113,7 @@ func run(ctx context.Context, dbURL, out string) error {
 // front of it.
 type backend struct {
 	*postgres.Store
+	*idempotency.Keys[payment.Ledger]
 	*charging.Path
 }
 
