@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 )
@@ -102,4 +103,51 @@ func cardChargeStateMessage(c Charge, verb string) string {
 			"and card charges cannot be %s here yet", id, verb, verb)
 	}
 	return fmt.Sprintf("charge %s is a card charge (%s); card charges cannot be %s here yet", id, c.Status, verb)
+}
+
+// ErrProcessorNotConfigured: a card charge was asked of a service that has
+// no card processor (PROCESSOR_URL). Nothing was written.
+var ErrProcessorNotConfigured = errors.New("no card processor is configured")
+
+// The refusals a card charge is answered with once final without an
+// approval (CardChargeFailure says which).
+var (
+	// ErrCardDeclined: the processor declined the card.
+	ErrCardDeclined = errors.New("the card was declined")
+	// ErrCardChargeFailed: the processor had no record of the charge past
+	// its decision deadline, or cancelled it itself.
+	ErrCardChargeFailed = errors.New("the card charge failed at the processor")
+	// ErrChargeReversed: the outcome stayed unknown, and the charge was
+	// reversed at the processor.
+	ErrChargeReversed = errors.New("the card charge was reversed")
+)
+
+// CardChargeFailure is the refusal of a card charge that failed or was
+// reversed at the processor: the charge exists, final. It is the error
+// (ErrCardDeclined, ErrCardChargeFailed or ErrChargeReversed) its status
+// and failure code say.
+type CardChargeFailure struct{ Charge Charge }
+
+func (e *CardChargeFailure) Error() string {
+	id := FormatID(PrefixCharge, e.Charge.ID)
+	switch {
+	case e.Charge.Status == ChargeReversed:
+		return fmt.Sprintf("the processor's outcome of charge %s stayed unknown, so it was reversed: no money moved", id)
+	case e.Charge.FailureCode == FailureCardDeclined:
+		return fmt.Sprintf("the processor declined charge %s of %d %s: %s", id, e.Charge.Amount, e.Charge.Currency, e.Charge.DeclineCode)
+	case e.Charge.FailureCode == FailureProcessorCancelled:
+		return fmt.Sprintf("the processor cancelled charge %s (%s): no money moved", id, e.Charge.DeclineCode)
+	}
+	return fmt.Sprintf("the processor has no record of charge %s past its decision deadline: no money moved", id)
+}
+
+// Unwrap makes a CardChargeFailure the error its charge's state says.
+func (e *CardChargeFailure) Unwrap() error {
+	switch {
+	case e.Charge.Status == ChargeReversed:
+		return ErrChargeReversed
+	case e.Charge.FailureCode == FailureCardDeclined:
+		return ErrCardDeclined
+	}
+	return ErrCardChargeFailed
 }

@@ -86,10 +86,10 @@ type Charge struct {
 	// which names its PaymentMethod instead (card.go).
 	AccountID     uuid.UUID
 	PaymentMethod string
-	Amount      int64
-	Currency    string
-	Status      ChargeStatus
-	FailureCode string // empty unless Status is ChargeFailed
+	Amount        int64
+	Currency      string
+	Status        ChargeStatus
+	FailureCode   string // empty unless Status is ChargeFailed
 	// DeclineCode is a card charge's reason from the processor
 	// (insufficient_funds, ...), when it failed there.
 	DeclineCode string

@@ -107,13 +107,23 @@ func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (bool, err
 				return fmt.Errorf("lock the operation's key: %w", err)
 			}
 		}
-		return tx.QueryRow(ctx, transitionSQL, args).Scan(&applied, &inbound)
+		if err := tx.QueryRow(ctx, transitionSQL, args).Scan(&applied, &inbound); err != nil {
+			return err
+		}
+		if t.Inbound.ID != "" && applied == 0 {
+			// The event is recorded only with the change it brings: the
+			// caller decides again from where the operation now is.
+			return errNotApplied
+		}
+		return nil
 	})
-	if err != nil {
-		return false, asUnavailable(fmt.Errorf("processor operation %s to %s: %w", t.From, t.To, err))
-	}
-	if t.Inbound.ID != "" && inbound == 0 {
+	switch {
+	case errors.Is(err, errNotApplied) && inbound == 0:
 		return false, carddb.ErrDuplicateEvent
+	case errors.Is(err, errNotApplied):
+		return false, nil
+	case err != nil:
+		return false, asUnavailable(fmt.Errorf("processor operation %s to %s: %w", t.From, t.To, err))
 	}
 	if applied > 0 && t.Event.Type != "" {
 		s.eventsCommitted()
@@ -121,14 +131,18 @@ func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (bool, err
 	return applied > 0, nil
 }
 
+// errNotApplied rolls back a transition that was not applied, with its
+// processor's event.
+var errNotApplied = errors.New("transition not applied")
+
 func transitionArgs(t carddb.Transition) pgx.NamedArgs {
 	c := t.Charge
 	a := pgx.NamedArgs{
 		"merchant": t.Merchant, "id": t.Operation, "from": string(t.From), "to": string(t.To),
-		"psp": t.PSPReference, "next_check_at": t.NextCheckAt, "final": t.NextCheckAt == nil,
+		"psp": t.PSPReference, "check_after": t.CheckAfter,
 		"attempts": t.Attempts, "reversal_attempts": t.ReversalAttempts, "reversal_round": t.ReversalRound,
 		"last_code": t.LastCode,
-		"status": string(c.Status), "failure_code": c.FailureCode, "decline_code": c.DeclineCode, "amount_captured": c.AmountCaptured,
+		"status":    string(c.Status), "failure_code": c.FailureCode, "decline_code": c.DeclineCode, "amount_captured": c.AmountCaptured,
 		"event_id": t.Event.ID, "event_type": t.Event.Type, "payload": t.Event.Payload,
 		"answer_status": 0, "answer_location": "", "answer_body": []byte(nil), "answer_encoding": (*string)(nil),
 		"inbound_id": t.Inbound.ID, "inbound_type": t.Inbound.Type,

@@ -73,10 +73,11 @@ WITH inbound AS (
     RETURNING 1
 ), op AS (
     UPDATE processor_operations
-    SET state = @to, psp_reference = coalesce(nullif(@psp::text, ''), psp_reference), next_check_at = @next_check_at,
+    SET state = @to, psp_reference = coalesce(nullif(@psp::text, ''), psp_reference),
+        next_check_at = CASE WHEN @to::text IN ('processing', 'reversing') THEN now() + @check_after::interval END,
         attempts = @attempts, reversal_attempts = @reversal_attempts, reversal_round = @reversal_round,
         last_code = nullif(@last_code::text, ''),
-        resolved_at = CASE WHEN @final::boolean THEN clock_timestamp() END
+        resolved_at = CASE WHEN @to::text NOT IN ('processing', 'reversing') THEN clock_timestamp() END
     WHERE merchant_id = @merchant AND id = @id AND state = @from
       AND (@inbound_id::text = '' OR EXISTS (SELECT FROM inbound))
     RETURNING charge_id

@@ -103,8 +103,10 @@ type Transition struct {
 	// decline codes and captured amount are written.
 	Charge       payment.Charge
 	PSPReference string
-	// NextCheckAt is when recovery looks next; nil for a final state.
-	NextCheckAt      *time.Time
+	// CheckAfter is when recovery looks next, after the transaction's
+	// clock, if To is open (processing, reversing); a final state has no
+	// next check.
+	CheckAfter       time.Duration
 	Attempts         int
 	ReversalAttempts int
 	ReversalRound    int
