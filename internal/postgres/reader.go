@@ -104,8 +104,9 @@ func readErr(what string, err error) error {
 const (
 	// A card charge has no account (uuid.Nil) and a payment method; an
 	// account's charge has no payment method ("").
-	chargeColumns = `id, coalesce(account_id, '00000000-0000-0000-0000-000000000000'::uuid), coalesce(payment_method, ''),
-       amount, currency, status, coalesce(failure_code, ''), coalesce(decline_code, ''), amount_captured, amount_refunded,
+	chargeColumns = `id, coalesce(account_id, '00000000-0000-0000-0000-000000000000'::uuid) AS account_id,
+       coalesce(payment_method, '') AS payment_method, amount, currency, status, coalesce(failure_code, ''),
+       coalesce(decline_code, '') AS decline_code, amount_captured, amount_refunded,
        expires_at, description, metadata, created_at, statement_timestamp()`
 
 	chargeSeqSQL = `SELECT seq FROM charges WHERE merchant_id = $1 AND id = $2`
