@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/google/uuid"
+
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/processor"
@@ -97,9 +99,10 @@ func (s *Server) processorEvent(w http.ResponseWriter, r *http.Request) {
 	s.answer(w, r, err, map[string]bool{"received": true})
 }
 
-// retryAfter202 sets the Retry-After of a 202.
-func retryAfter202(w http.ResponseWriter, resp idempotency.Response) {
-	if resp.Status == http.StatusAccepted {
+// retryAfterOperation sets the Retry-After of an answer from an operation
+// still going on (a card charge's 202).
+func retryAfterOperation(w http.ResponseWriter, res idempotency.Result) {
+	if res.Operation != uuid.Nil {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
 	}
 }

@@ -98,7 +98,8 @@ type chargeRequest struct {
 
 // errPayer refuses a charge that names both an account and a payment
 // method, or neither.
-var errPayer = &payment.ValidationError{Message: "give exactly one of account_id (a charge of an account) and payment_method (a card at the processor)"}
+var errPayer = &payment.ValidationError{Field: "account_id",
+	Message: "give exactly one of account_id (a charge of an account) and payment_method (a card at the processor)"}
 
 // toCard reads a charge of a payment method, once toDomain's caller knows
 // it names one.

@@ -62,11 +62,11 @@ func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempot
 		s.fail(w, r, err)
 	case res.Replayed:
 		s.audit(r, req, metrics.OutcomeReplayed)
-		retryAfter202(w, res.Response)
+		retryAfterOperation(w, res)
 		writeResponse(w, res.Response, true)
 	default:
 		s.opts.Metrics.Idempotency(metrics.OutcomeClaimed)
-		retryAfter202(w, res.Response)
+		retryAfterOperation(w, res)
 		writeResponse(w, res.Response, false)
 	}
 	if err != nil {
