@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/exactlyonce/payments/internal/cards"
+	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/procsim"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
-// signedEvent is a simulator webhook announcing the charge's payment in
-// status, signed as the simulator signs.
+// signedEvent is the body of a simulator webhook announcing the charge's
+// payment in status; postEvent signs it as the simulator does.
 func (b *bundle) signedEvent(t *testing.T, eventID, chargeID, status string) []byte {
 	t.Helper()
 	body, err := json.Marshal(map[string]any{"id": eventID, "type": "payment.authorized",
@@ -192,6 +194,24 @@ func TestBadInputIsRefusedBeforeTheKey(t *testing.T) {
 	var charges, keys int
 	if err := b.api.DB.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1),
 		(SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1)`, b.api.MerchantID).Scan(&charges, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if charges != 0 || keys != 0 {
+		t.Errorf("%d charges and %d keys written, want none", charges, keys)
+	}
+}
+
+func TestWithoutAProcessorNothingIsWritten(t *testing.T) {
+	t.Parallel()
+	api := testkit.StartAPI(t, pgtest.NewDatabase(t), testkit.APIOptions{Cards: &cards.Options{}})
+	b := &bundle{api: api, client: http.DefaultClient}
+	a := b.charge(t, "k-none", "pm_card_approve")
+	if a.status != http.StatusServiceUnavailable || !bytes.Contains(a.body, []byte(`"code":"processor-not-configured"`)) {
+		t.Fatalf("charge: %d %s, want 503 processor-not-configured", a.status, a.body)
+	}
+	var charges, keys int
+	if err := api.DB.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1),
+		(SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1)`, api.MerchantID).Scan(&charges, &keys); err != nil {
 		t.Fatal(err)
 	}
 	if charges != 0 || keys != 0 {
