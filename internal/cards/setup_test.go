@@ -141,14 +141,13 @@ func chargeID(t *testing.T, a answer) string {
 
 // rows is what the service's tables hold about one charge.
 type rows struct {
-	charges, ops      int
-	status, opState   string
-	failure, decline  string
-	events            []string // the charge's events, in order
-	keyStatus         int      // 0 while the key is bound
-	keyBody           []byte
-	processorEvents   int
-	attempts, redrive int
+	charges, ops     int
+	status, opState  string
+	failure, decline string
+	events           []string // the charge's events, in order
+	keyStatus        int      // 0 while the key is bound
+	processorEvents  int
+	attempts         int
 }
 
 // rowsOf reads what the tables hold about the charge id (ch_...).

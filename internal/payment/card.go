@@ -105,7 +105,7 @@ func cardChargeStateMessage(c Charge, verb string) string {
 	return fmt.Sprintf("charge %s is a card charge (%s); card charges cannot be %s here yet", id, c.Status, verb)
 }
 
-// ErrProcessorNotConfigured: a card charge was asked of a service that has
+// ErrProcessorNotConfigured is a card charge asked of a service that has
 // no card processor (PROCESSOR_URL). Nothing was written.
 var ErrProcessorNotConfigured = errors.New("no card processor is configured")
 
