@@ -22,6 +22,7 @@ type config struct {
 	Shutdown    shutdownConfig
 	Keys        keysConfig
 	Charges     chargesConfig
+	Processor   processorConfig
 	Parts       partsConfig
 	NATSURL     string // nats
 	Relay       relayConfig
@@ -59,6 +60,13 @@ type keysConfig struct {
 type chargesConfig struct {
 	BatchSize, Batches               int
 	AuthorizationTTL, ExpiryInterval time.Duration
+}
+
+// processorConfig: the card processor. URL "" is none: card charges are
+// refused.
+type processorConfig struct {
+	URL, WebhookSecret                                string
+	Wait, Timeout, DecisionDeadline, RecoveryInterval time.Duration
 }
 
 // partsConfig: what serve runs beside the API. PprofAddr "" is no profiler.
@@ -222,6 +230,11 @@ func (c config) rules() []rule {
 			"%s is above %s (31 days): no card network lets an authorization stand longer", []any{c.Charges.AuthorizationTTL, maxAuthorizationTTL}},
 		{[]string{"EVENT_RETENTION"}, c.Relay.EventRetention <= webhook.DefaultRetryFor,
 			"%s is not above the %s webhook deliveries are retried for: an event could be pruned before its last delivery", []any{c.Relay.EventRetention, webhook.DefaultRetryFor}},
+		{[]string{"PROCESSOR_WAIT"}, c.Processor.Wait > maxKeyWait,
+			"%s is above the cap of %s: a card charge's request must answer 202 before the server's 30s write timeout", []any{c.Processor.Wait, maxKeyWait}},
+		{[]string{"PROCESSOR_DECISION_DEADLINE", "PROCESSOR_TIMEOUT"}, c.Processor.DecisionDeadline <= c.Processor.Timeout,
+			"%s is not above PROCESSOR_TIMEOUT (%s): an authorization whose answer was lost could never be sent again before the processor decides",
+			[]any{c.Processor.DecisionDeadline, c.Processor.Timeout}},
 		{[]string{"CHARGE_BATCHES", "DB_MAX_CONNS"}, c.Charges.Batches >= int(c.Pool.MaxConns),
 			"%d leaves no connection of DB_MAX_CONNS (%d) for other requests: each charge batch holds one; want fewer than DB_MAX_CONNS", []any{c.Charges.Batches, c.Pool.MaxConns}},
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTrustedProxiesSetting: TRUSTED_PROXIES takes CIDRs and single
@@ -30,6 +31,30 @@ func TestTrustedProxiesSetting(t *testing.T) {
 		_, err := loadConfig("serve", nil, envOf(map[string]string{"TRUSTED_PROXIES": bad}), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "invalid TRUSTED_PROXIES") {
 			t.Errorf("TRUSTED_PROXIES=%q: %v, want an error naming TRUSTED_PROXIES", bad, err)
+		}
+	}
+}
+
+// TestProcessorSettings: the processor's settings load with their defaults,
+// and values that would break a card charge's bounds stop the service at
+// start, naming the variable to blame.
+func TestProcessorSettings(t *testing.T) {
+	cfg, err := loadConfig("serve", nil, envOf(map[string]string{"PROCESSOR_URL": "http://127.0.0.1:8090"}), io.Discard, io.Discard)
+	if p := cfg.Processor; err != nil || p.URL != "http://127.0.0.1:8090" || p.Wait != 5*time.Second || p.Timeout != 30*time.Second ||
+		p.DecisionDeadline != 120*time.Second || p.RecoveryInterval != time.Second {
+		t.Errorf("defaults: %+v, %v", cfg.Processor, err)
+	}
+	for _, tc := range []struct {
+		env   map[string]string
+		blame string
+	}{
+		{map[string]string{"PROCESSOR_URL": "127.0.0.1:8090"}, "invalid PROCESSOR_URL"},
+		{map[string]string{"PROCESSOR_WAIT": "25s"}, "invalid PROCESSOR_WAIT"},
+		{map[string]string{"PROCESSOR_TIMEOUT": "2m"}, "invalid PROCESSOR_DECISION_DEADLINE"},
+		{map[string]string{"PROCESSOR_DECISION_DEADLINE": "30s"}, "invalid PROCESSOR_DECISION_DEADLINE"},
+	} {
+		if _, err := loadConfig("serve", nil, envOf(tc.env), io.Discard, io.Discard); err == nil || !strings.HasPrefix(err.Error(), tc.blame) {
+			t.Errorf("%v: %v, want %s", tc.env, err, tc.blame)
 		}
 	}
 }

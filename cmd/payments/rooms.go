@@ -20,6 +20,7 @@ const (
 	roomShutdown   roomName = "shutdown"
 	roomKeys       roomName = "keys"
 	roomCharges    roomName = "charges"
+	roomProcessor  roomName = "processor"
 	roomParts      roomName = "parts"
 	roomNATS       roomName = "nats"
 	roomRelay      roomName = "relay"
@@ -47,7 +48,7 @@ func (c command) usage() string {
 // commands are the commands and what each reads: its code uses those settings
 // and no other (a setting it does not read is its zero value).
 var commands = []command{
-	{name: "serve", rooms: []roomName{roomDatabase, roomPool, roomHTTP, roomShutdown, roomKeys, roomCharges, roomParts,
+	{name: "serve", rooms: []roomName{roomDatabase, roomPool, roomHTTP, roomShutdown, roomKeys, roomCharges, roomProcessor, roomParts,
 		roomNATS, roomRelay, roomWebhooks, roomMetrics, roomMonitor, roomLogging}},
 	{name: "relay", rooms: []roomName{roomDatabase, roomPool, roomNATS, roomRelay, roomMetrics, roomLogging}},
 	{name: "consume", rooms: []roomName{roomDatabase, roomPool, roomNATS, roomMetrics, roomLogging}},
@@ -113,7 +114,7 @@ type setting struct {
 func (c *config) rooms() []room {
 	rooms := []room{c.databaseRoom(), c.poolRoom()}
 	rooms = append(rooms, c.apiRooms()...)
-	rooms = append(rooms, c.keysRoom(), c.chargesRoom())
+	rooms = append(rooms, c.keysRoom(), c.chargesRoom(), c.processorRoom())
 	rooms = append(rooms, c.eventRooms()...)
 	return append(rooms, c.operatorRooms()...)
 }

@@ -39,6 +39,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer store.Close()
 	m.Pool(store.Pool())
 	path := openCharging(cfg, store, log, m)
+	cardCharges := openCards(cfg, store, log, m)
+	defer cardCharges.Wait() // the calls to the processor under way, before the store closes
 	// IDEMPOTENCY_WAIT bounds a retry's wait for its twin in this process
 	// (the coalescer), as lock_timeout bounds it across replicas.
 	front := idempotency.NewFront(cfg.Keys.CacheSize, cfg.Keys.CacheBytes, cfg.Keys.TTL, cfg.Pool.KeyWait)
@@ -59,6 +61,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Docs:                 true,
 		Front:                front,
 		Metrics:              m,
+		Cards:                cardCharges,
 		TrustedProxies:       cfg.HTTP.TrustedProxies,
 		AllowPrivateNetworks: cfg.WebhookAllowPrivate,
 	})
@@ -66,7 +69,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	janitorMetrics(m, janitor)
 	stopJanitor := runBackground(ctx, janitor.Run)
 	defer stopJanitor()
-	stopSweeps := startSweeps(ctx, cfg, store, log, m)
+	stopSweeps := startSweeps(ctx, cfg, store, log, m, cardCharges.Run)
 	defer stopSweeps()
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
@@ -194,10 +197,13 @@ func startRelay(ctx context.Context, cfg config, store *postgres.Store, log *slo
 const expiryBatch = 500
 
 // startSweeps starts the work serve does beside requests on every replica:
-// the expiry sweep of authorizations (one replica at a time) and, unless
+// the recovery of card charges (recovery, on every replica), the expiry
+// sweep of authorizations (one replica at a time) and, unless
 // WEBHOOK_DELIVERY is false, the webhook Deliverer (fan-out on one replica at
-// a time, deliveries leased across all), with their metrics. The returned func stops both and waits for them.
-func startSweeps(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (stop func()) {
+// a time, deliveries leased across all), with their metrics. The returned func stops them all and waits for them.
+func startSweeps(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics,
+	recovery func(context.Context)) (stop func()) {
+	stopRecovery := runBackground(ctx, recovery)
 	expiry := charging.NewExpirySweep(store, log, cfg.Charges.ExpiryInterval, expiryBatch)
 	m.CounterFunc("payments_authorizations_expired_total", "Authorizations this process recorded as expired (the expiry sweep; one replica sweeps at a time).",
 		func() float64 { return float64(expiry.Expired()) })
@@ -220,6 +226,7 @@ func startSweeps(ctx context.Context, cfg config, store *postgres.Store, log *sl
 	return func() {
 		stopWebhooks()
 		stopExpiry()
+		stopRecovery()
 	}
 }
 

@@ -18,6 +18,7 @@ var (
 	serveVars    = slices.Concat(databaseVars, poolVars, []string{"HTTP_ADDR", "TRUSTED_PROXIES", "SHUTDOWN_DELAY", "SHUTDOWN_TIMEOUT",
 		"IDEMPOTENCY_TTL", "IDEMPOTENCY_CACHE_SIZE", "IDEMPOTENCY_CACHE_BYTES", "JANITOR_INTERVAL", "JANITOR_BATCH",
 		"CHARGE_BATCH_SIZE", "CHARGE_BATCHES", "CHARGE_AUTHORIZATION_TTL", "CHARGE_EXPIRY_INTERVAL",
+		"PROCESSOR_URL", "PROCESSOR_WAIT", "PROCESSOR_TIMEOUT", "PROCESSOR_DECISION_DEADLINE", "PROCESSOR_WEBHOOK_SECRET", "RECOVERY_INTERVAL",
 		"RELAY_ENABLED", "WEBHOOK_DELIVERY", "PPROF_ADDR", "NATS_URL", "RELAY_BATCH", "RELAY_POLL", "EVENT_RETENTION",
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS", "METRICS_ADDR", "METRICS_SAMPLE", "EVENTS_HELD_WARN", "LOG_LEVEL"})
 )
@@ -31,7 +32,7 @@ func TestEachCommandListsItsSettings(t *testing.T) {
 		rooms []string
 	}{
 		{[]string{"serve"}, serveVars, []string{"Database", "Connections and waits", "HTTP API", "Shutdown", "Idempotency keys",
-			"Charges", "Serve's parts", "NATS", "Outbox relay", "Webhooks", "Metrics", "Outbox monitoring", "Logging"}},
+			"Charges", "Card processor", "Serve's parts", "NATS", "Outbox relay", "Webhooks", "Metrics", "Outbox monitoring", "Logging"}},
 		{[]string{"relay"}, slices.Concat(databaseVars, poolVars, []string{"NATS_URL", "RELAY_BATCH", "RELAY_POLL", "EVENT_RETENTION", "METRICS_ADDR", "LOG_LEVEL"}),
 			[]string{"Database", "Connections and waits", "NATS", "Outbox relay", "Metrics", "Logging"}},
 		{[]string{"consume"}, slices.Concat(databaseVars, poolVars, []string{"NATS_URL", "METRICS_ADDR", "LOG_LEVEL"}),
@@ -197,7 +198,8 @@ func TestUnreadVariablesAreIgnored(t *testing.T) {
 func TestChecksApplyToReadSettings(t *testing.T) {
 	c := config{Pool: poolConfig{MaxConns: 4, KeyWait: 5 * time.Second, CommitWait: 5 * time.Second},
 		Keys:    keysConfig{TTL: 24 * time.Hour, JanitorInterval: time.Minute, JanitorBatch: 1000},
-		Charges: chargesConfig{Batches: 4, AuthorizationTTL: time.Hour}, Relay: relayConfig{EventRetention: 720 * time.Hour}}
+		Charges: chargesConfig{Batches: 4, AuthorizationTTL: time.Hour}, Relay: relayConfig{EventRetention: 720 * time.Hour},
+		Processor: processorConfig{Timeout: 30 * time.Second, DecisionDeadline: 120 * time.Second}}
 	same := func(env string) string { return env }
 	all := func(string) bool { return true }
 	but := func(skip string) func(string) bool { return func(env string) bool { return env != skip } }

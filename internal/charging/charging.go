@@ -68,7 +68,10 @@ import (
 // capture or a void (its own key, then its charge's one account), each
 // bounded by IDEMPOTENCY_WAIT; the one exception is the expiry sweep
 // (postgres.Holds), which takes its accounts in order, waiting, and which
-// no other transaction waits for while holding one.
+// no other transaction waits for while holding one. A card charge
+// (internal/cards) has no account: the transition of its operation at the
+// processor takes the key's advisory lock, then the operation, its charge,
+// and the key's row.
 
 // Options tune a Path. Zero values take the defaults.
 type Options struct {

@@ -83,14 +83,33 @@ func (s *Server) getDeposit(w http.ResponseWriter, r *http.Request) {
 }
 
 type chargeRequest struct {
-	AccountID   string            `json:"account_id"`
-	Amount      *int64            `json:"amount"`
-	Currency    string            `json:"currency"`
-	Description *string           `json:"description"`
-	Metadata    map[string]string `json:"metadata"`
+	// Exactly one of AccountID (a charge of an account here) and
+	// PaymentMethod (a card at the processor).
+	AccountID     string            `json:"account_id"`
+	PaymentMethod string            `json:"payment_method"`
+	Amount        *int64            `json:"amount"`
+	Currency      string            `json:"currency"`
+	Description   *string           `json:"description"`
+	Metadata      map[string]string `json:"metadata"`
 	// Capture false authorizes: the amount is held until captured, voided
 	// or expired. Absent is true.
 	Capture *bool `json:"capture"`
+}
+
+// errPayer refuses a charge that names both an account and a payment
+// method, or neither.
+var errPayer = &payment.ValidationError{Field: "account_id",
+	Message: "give exactly one of account_id (a charge of an account) and payment_method (a card at the processor)"}
+
+// toCard reads a charge of a payment method, once toDomain's caller knows
+// it names one.
+func (r chargeRequest) toCard() (payment.NewCardCharge, error) {
+	if err := requireAmount(r.Amount); err != nil {
+		return payment.NewCardCharge{}, err
+	}
+	nc := payment.NewCardCharge{PaymentMethod: r.PaymentMethod, Amount: *r.Amount, Currency: r.Currency,
+		Description: r.Description, Metadata: r.Metadata, Authorize: r.Capture != nil && !*r.Capture}
+	return nc, nc.Validate()
 }
 
 func (r chargeRequest) toDomain() (payment.NewCharge, error) {
@@ -114,6 +133,19 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	var in chargeRequest
 	req, ok := s.readPost(w, r, &in)
 	if !ok {
+		return
+	}
+	if (in.AccountID == "") == (in.PaymentMethod == "") {
+		s.fail(w, r, errPayer)
+		return
+	}
+	if in.PaymentMethod != "" {
+		card, err := in.toCard()
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.createCardCharge(w, r, req, card)
 		return
 	}
 	nc, err := in.toDomain()

@@ -62,9 +62,11 @@ func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempot
 		s.fail(w, r, err)
 	case res.Replayed:
 		s.audit(r, req, metrics.OutcomeReplayed)
+		retryAfterOperation(w, res)
 		writeResponse(w, res.Response, true)
 	default:
 		s.opts.Metrics.Idempotency(metrics.OutcomeClaimed)
+		retryAfterOperation(w, res)
 		writeResponse(w, res.Response, false)
 	}
 	if err != nil {

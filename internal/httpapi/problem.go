@@ -64,6 +64,14 @@ var (
 		"Something failed inside the service. Nothing was changed; retrying with the same Idempotency-Key is safe."}
 	probUnavailable = problemType{"service-unavailable", http.StatusServiceUnavailable, "Service unavailable",
 		"The database cannot be reached right now. Nothing was changed, or the change completed and a retry with the same Idempotency-Key returns it; retry after the Retry-After delay."}
+	probCardDeclined = problemType{"card-declined", http.StatusPaymentRequired, "Card declined",
+		"The card processor declined the charge; decline_code is its reason (insufficient_funds, do_not_honor, ...). The failed charge is recorded (charge_id) and this answer is replayed for retries of the same request."}
+	probCardChargeFailed = problemType{"card-charge-failed", http.StatusPaymentRequired, "Card charge failed",
+		"The charge failed at the card processor without a decline: past the processor's decision deadline it had no record of it, or it cancelled it itself (the charge's failure_code says which). No money moved. The failed charge is recorded (charge_id) and this answer is replayed for retries of the same request."}
+	probChargeReversed = problemType{"charge-reversed", http.StatusPaymentRequired, "Charge reversed",
+		"The card processor's outcome stayed unknown past its decision deadline, so the charge was reversed there: whatever it did was cancelled or refunded, and no money moved. The charge is recorded (charge_id, status reversed) and this answer is replayed for retries of the same request."}
+	probProcessorNotConfigured = problemType{"processor-not-configured", http.StatusServiceUnavailable, "Processor not configured",
+		"This deployment has no card processor (PROCESSOR_URL is not set): charges by payment_method are refused, and nothing was written. Charges by account_id work."}
 	probShuttingDown = problemType{"shutting-down", http.StatusServiceUnavailable, "Shutting down",
 		"This replica has been asked to stop (SIGTERM). It still serves every request it is sent until its load balancer has moved traffic away (SHUTDOWN_DELAY), then finishes those in flight and stops; only its readiness (/readyz) says so."}
 )
@@ -73,6 +81,7 @@ var problemCatalogue = []problemType{
 	probNotFound, probAccountNotFound, probMethodNotAllowed, probTooManyUnknownKeys, probKeyInUse, probTooLarge,
 	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
 	probNotCapturable, probNotVoidable, probCaptureExceeds, probTooManyWebhookEndpoints, probInternal, probUnavailable, probShuttingDown,
+	probCardDeclined, probCardChargeFailed, probChargeReversed, probProcessorNotConfigured,
 }
 
 // errorProblems maps domain errors to problem types: the one table that turns
@@ -96,6 +105,10 @@ var errorProblems = []struct {
 	{payment.ErrChargeNotVoidable, probNotVoidable},
 	{payment.ErrCaptureExceedsAuthorization, probCaptureExceeds},
 	{payment.ErrTooManyWebhookEndpoints, probTooManyWebhookEndpoints},
+	{payment.ErrCardDeclined, probCardDeclined},
+	{payment.ErrCardChargeFailed, probCardChargeFailed},
+	{payment.ErrChargeReversed, probChargeReversed},
+	{payment.ErrProcessorNotConfigured, probProcessorNotConfigured},
 	// Before ErrUnavailable: /readyz wraps its cause in ErrUnavailable too.
 	{payment.ErrShuttingDown, probShuttingDown},
 	{payment.ErrUnavailable, probUnavailable},
@@ -150,6 +163,8 @@ type problem struct {
 	ChargeID string `json:"charge_id,omitempty"`
 	// ChargeStatus is what a charge that cannot be captured or voided is.
 	ChargeStatus string `json:"charge_status,omitempty"`
+	// DeclineCode is the card processor's reason for a declined card.
+	DeclineCode string `json:"decline_code,omitempty"`
 }
 
 func newProblem(p problemType, detail string) problem {
@@ -165,6 +180,7 @@ func problemFromError(p problemType, err error) problem {
 		be *bodyError
 		fc *payment.FailedCharge
 		se *payment.ChargeStateError
+		cf *payment.CardChargeFailure
 	)
 	switch {
 	case errors.As(err, &ve):
@@ -175,6 +191,8 @@ func problemFromError(p problemType, err error) problem {
 		pr.ChargeID = payment.FormatID(payment.PrefixCharge, fc.Charge.ID)
 	case errors.As(err, &se):
 		pr.ChargeStatus = string(se.Charge.Status)
+	case errors.As(err, &cf):
+		pr.ChargeID, pr.DeclineCode = payment.FormatID(payment.PrefixCharge, cf.Charge.ID), cf.Charge.DeclineCode
 	}
 	return pr
 }

@@ -57,6 +57,10 @@ var openRoutes = []route{
 	{http.MethodGet, "/problems/{slug}", nil, (*Server).problemDoc},
 }
 
+// processorRoute receives the card processor's webhooks, under /v1 but
+// without an API key: their signature says who sent them (cards.go).
+var processorRoute = route{http.MethodPost, "/processor/events", nil, (*Server).processorEvent}
+
 // docsRoute is the documentation page, mounted with its assets under /docs
 // when Options.Docs is set; none of them takes a query parameter.
 var docsRoute = route{method: http.MethodGet, pattern: "/docs"}
@@ -70,10 +74,14 @@ func (s *Server) routes(r chi.Router) {
 		r.Mount(docsRoute.pattern, s.onlyQuery(docsRoute, docs.Handler("/openapi.yaml", s.fail)))
 	}
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(s.authenticate)
-		for _, rt := range v1Routes {
-			r.Method(rt.method, rt.pattern, s.handler(rt))
-		}
+		// The processor's webhooks carry no API key but its signature.
+		r.Method(processorRoute.method, processorRoute.pattern, s.handler(processorRoute))
+		r.Group(func(r chi.Router) {
+			r.Use(s.authenticate)
+			for _, rt := range v1Routes {
+				r.Method(rt.method, rt.pattern, s.handler(rt))
+			}
+		})
 	})
 }
 

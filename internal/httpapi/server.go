@@ -76,6 +76,10 @@ type Options struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
 	// (clientOf); none by default, and then the header is ignored.
 	TrustedProxies []netip.Prefix
+	// Cards charges cards at the processor (POST /v1/charges with a
+	// payment_method) and receives its webhooks; nil refuses them with
+	// 503 processor-not-configured.
+	Cards CardBackend
 	// AllowPrivateNetworks lets webhook endpoints have http URLs and local
 	// addresses (WEBHOOK_ALLOW_PRIVATE_NETWORKS): for development and tests
 	// only, as it opens the service to server-side request forgery.

@@ -113,7 +113,9 @@ func (cl *call) answerFor(req Request) (Result, error, bool) {
 	case cl.err == nil && cl.fingerprint != req.Fingerprint:
 		return Result{}, ErrKeyReused, true // the leader's request now owns the key
 	case cl.err == nil:
-		return Result{Response: cl.res.Response, Replayed: true, StoredAt: cl.res.StoredAt}, nil, true
+		// Operation too: an answer from an operation still going on (a 202)
+		// is no stored response, and its caller must know it.
+		return Result{Response: cl.res.Response, Replayed: true, StoredAt: cl.res.StoredAt, Operation: cl.res.Operation}, nil, true
 	case errors.Is(cl.err, ErrLeaderPanicked):
 		return Result{}, cl.err, true
 	case cl.fingerprint == req.Fingerprint && (errors.Is(cl.err, ErrKeyReused) || errors.Is(cl.err, ErrKeyInUse)):

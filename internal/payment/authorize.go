@@ -34,8 +34,9 @@ var (
 )
 
 // ChargeStateError refuses a capture or a void of a charge that is not
-// authorized, saying what it is. It is the error Op names:
-// ErrChargeNotCapturable or ErrChargeNotVoidable.
+// authorized, or a capture, a void or a refund of a card charge, saying what
+// it is. It is the error Op names: ErrChargeNotCapturable,
+// ErrChargeNotVoidable or ErrChargeNotRefundable.
 type ChargeStateError struct {
 	Op     error
 	Charge Charge
@@ -43,8 +44,14 @@ type ChargeStateError struct {
 
 func (e *ChargeStateError) Error() string {
 	verb := "captured"
-	if errors.Is(e.Op, ErrChargeNotVoidable) {
+	switch {
+	case errors.Is(e.Op, ErrChargeNotVoidable):
 		verb = "voided"
+	case errors.Is(e.Op, ErrChargeNotRefundable):
+		verb = "refunded"
+	}
+	if e.Charge.IsCard() {
+		return cardChargeStateMessage(e.Charge, verb)
 	}
 	return fmt.Sprintf("charge %s is %s; only an authorized charge can be %s",
 		FormatID(PrefixCharge, e.Charge.ID), e.Charge.Status, verb)

@@ -58,8 +58,12 @@ func (d Deposit) MarshalJSON() ([]byte, error) {
 	}{FormatID(PrefixDeposit, d.ID), "deposit", FormatID(PrefixAccount, d.AccountID), d.Amount, d.Currency, timestamp(d.CreatedAt)})
 }
 
-// MarshalJSON renders the charge as the API shows it.
+// MarshalJSON renders the charge as the API shows it; a card charge as
+// marshalCard does.
 func (c Charge) MarshalJSON() ([]byte, error) {
+	if c.PaymentMethod != "" {
+		return c.marshalCard()
+	}
 	var failureCode *string
 	if c.FailureCode != "" {
 		failureCode = &c.FailureCode
@@ -80,6 +84,29 @@ func (c Charge) MarshalJSON() ([]byte, error) {
 		CreatedAt      timestamp         `json:"created_at"`
 	}{FormatID(PrefixCharge, c.ID), "charge", FormatID(PrefixAccount, c.AccountID), c.Amount, c.Currency,
 		c.Status, failureCode, c.AmountCaptured, c.AmountRefunded, (*timestamp)(c.ExpiresAt), c.Description, nonNil(c.Metadata), timestamp(c.CreatedAt)})
+}
+
+// marshalCard renders a card charge: it names its payment_method where an
+// account's charge names its account_id, and says the processor's
+// decline_code.
+func (c Charge) marshalCard() ([]byte, error) {
+	return marshal(struct {
+		ID             string            `json:"id"`
+		Object         string            `json:"object"`
+		PaymentMethod  string            `json:"payment_method"`
+		Amount         int64             `json:"amount"`
+		Currency       string            `json:"currency"`
+		Status         ChargeStatus      `json:"status"`
+		FailureCode    *string           `json:"failure_code"`
+		DeclineCode    *string           `json:"decline_code"`
+		AmountCaptured int64             `json:"amount_captured"`
+		AmountRefunded int64             `json:"amount_refunded"`
+		ExpiresAt      *timestamp        `json:"expires_at"`
+		Description    *string           `json:"description"`
+		Metadata       map[string]string `json:"metadata"`
+		CreatedAt      timestamp         `json:"created_at"`
+	}{FormatID(PrefixCharge, c.ID), "charge", c.PaymentMethod, c.Amount, c.Currency, c.Status, optional(c.FailureCode), optional(c.DeclineCode),
+		c.AmountCaptured, c.AmountRefunded, (*timestamp)(c.ExpiresAt), c.Description, nonNil(c.Metadata), timestamp(c.CreatedAt)})
 }
 
 // MarshalJSON renders the refund as the API shows it.
@@ -118,6 +145,14 @@ func (p Page[T]) MarshalJSON() ([]byte, error) {
 		Data    []T    `json:"data"`
 		HasMore bool   `json:"has_more"`
 	}{"list", items, p.HasMore})
+}
+
+// optional is s, or nil (null) when it is empty.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func nonNil(m map[string]string) map[string]string {

@@ -81,12 +81,18 @@ const FailureInsufficientFunds = "insufficient-funds"
 
 // Charge is money taken from an account.
 type Charge struct {
-	ID          uuid.UUID
-	AccountID   uuid.UUID
-	Amount      int64
-	Currency    string
-	Status      ChargeStatus
-	FailureCode string // empty unless Status is ChargeFailed
+	ID uuid.UUID
+	// AccountID is the account charged, or uuid.Nil for a card charge,
+	// which names its PaymentMethod instead (card.go).
+	AccountID     uuid.UUID
+	PaymentMethod string
+	Amount        int64
+	Currency      string
+	Status        ChargeStatus
+	FailureCode   string // empty unless Status is ChargeFailed
+	// DeclineCode is a card charge's reason from the processor
+	// (insufficient_funds, ...), when it failed there.
+	DeclineCode string
 	// AmountCaptured is what the charge took from the balance: Amount for a
 	// charge captured at once, the captured part of an authorization, else 0.
 	AmountCaptured int64

@@ -33,6 +33,7 @@ var EventTypes = []string{
 	EventChargeSucceeded, EventChargeFailed,
 	EventChargeAuthorized, EventChargeCaptured, EventChargeVoided, EventChargeExpired,
 	EventRefundCreated,
+	EventChargeProcessing, EventChargeReversing, EventChargeReversed, EventChargeRequiresReview,
 	EventWebhookEndpointDisabled,
 }
 

@@ -116,14 +116,28 @@ UPDATE accounts SET balance = balance - $4, held = held - $5
 WHERE merchant_id = $1 AND id = $6`
 )
 
+// errCardCharge is lockCharge's refusal of a card charge, which has no
+// account here: its callers refuse it with a *payment.ChargeStateError.
+var errCardCharge = errors.New("a card charge")
+
 // lockCharge locks the merchant's charge and its account (in that order:
 // account first) and returns the charge as stored and the clock to decide it
-// by, or payment.ErrNotFound.
+// by, or payment.ErrNotFound. A card charge, which has no account, is
+// returned unlocked with errCardCharge.
 func (l *ledger) lockCharge(ctx context.Context, merchantID, chargeID uuid.UUID) (payment.Charge, time.Time, error) {
 	var accountID uuid.UUID
 	err := l.q.QueryRow(ctx, lockChargeAccountSQL, merchantID, chargeID).Scan(&accountID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		c, at, err := scanStoredCharge(l.q.QueryRow(ctx, chargeByIDSQL, merchantID, chargeID))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return payment.Charge{}, time.Time{}, payment.ErrNotFound
+		case err != nil:
+			return payment.Charge{}, time.Time{}, fmt.Errorf("read charge: %w", err)
+		case c.IsCard():
+			return c, at, errCardCharge
+		}
 		return payment.Charge{}, time.Time{}, payment.ErrNotFound
 	case err != nil:
 		return payment.Charge{}, time.Time{}, fmt.Errorf("lock account of charge: %w", err)
@@ -138,6 +152,8 @@ func (l *ledger) lockCharge(ctx context.Context, merchantID, chargeID uuid.UUID)
 func (l *ledger) Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (payment.Refund, error) {
 	c, at, err := l.lockCharge(ctx, merchantID, chargeID)
 	switch {
+	case errors.Is(err, errCardCharge):
+		return payment.Refund{}, &payment.ChargeStateError{Op: payment.ErrChargeNotRefundable, Charge: c}
 	case err != nil:
 		return payment.Refund{}, err
 	case c.At(at).Status != payment.ChargeSucceeded:
@@ -159,13 +175,13 @@ func (l *ledger) Refund(ctx context.Context, merchantID, chargeID uuid.UUID, amo
 }
 
 func (l *ledger) Capture(ctx context.Context, merchantID, chargeID uuid.UUID, amount *int64) (payment.Charge, error) {
-	return l.settle(ctx, merchantID, chargeID, payment.EventChargeCaptured, func(c payment.Charge, at time.Time) (payment.Charge, error) {
+	return l.settle(ctx, merchantID, chargeID, payment.EventChargeCaptured, payment.ErrChargeNotCapturable, func(c payment.Charge, at time.Time) (payment.Charge, error) {
 		return payment.CaptureCharge(c, amount, at)
 	})
 }
 
 func (l *ledger) Void(ctx context.Context, merchantID, chargeID uuid.UUID) (payment.Charge, error) {
-	return l.settle(ctx, merchantID, chargeID, payment.EventChargeVoided, payment.VoidCharge)
+	return l.settle(ctx, merchantID, chargeID, payment.EventChargeVoided, payment.ErrChargeNotVoidable, payment.VoidCharge)
 }
 
 // CreateWebhookEndpoint records the endpoint on the key's transaction, with
@@ -188,11 +204,15 @@ func (l *ledger) ResendWebhookEvent(ctx context.Context, merchantID, endpointID,
 }
 
 // settle ends an authorization's hold as decide says (a capture or a void),
-// with its event.
-func (l *ledger) settle(ctx context.Context, merchantID, chargeID uuid.UUID, eventType string,
+// with its event. A card charge is refused as op (ErrChargeNotCapturable,
+// ErrChargeNotVoidable): its captures and voids are the processor's.
+func (l *ledger) settle(ctx context.Context, merchantID, chargeID uuid.UUID, eventType string, op error,
 	decide func(payment.Charge, time.Time) (payment.Charge, error)) (payment.Charge, error) {
 	c, at, err := l.lockCharge(ctx, merchantID, chargeID)
-	if err != nil {
+	switch {
+	case errors.Is(err, errCardCharge):
+		return payment.Charge{}, &payment.ChargeStateError{Op: op, Charge: c}
+	case err != nil:
 		return payment.Charge{}, err
 	}
 	if c, err = decide(c, at); err != nil {

@@ -93,8 +93,9 @@ func (o Options) withDefaults() Options {
 // for the ledger its steps run on), ChargeDB (chargedb.go, chargesql.go and
 // chargewrite.go: the SQL of the charge path, whose use case is
 // internal/charging), Reader (reader.go), Outbox (outbox.go), Merchants
-// (merchants.go, auth.go), Holds (holds.go), Webhooks (webhooks.go) and
-// Deliveries (deliveries.go). Each role is built alone on the handle (DB,
+// (merchants.go, auth.go), Holds (holds.go), Webhooks (webhooks.go),
+// Deliveries (deliveries.go) and Cards (cards.go, cardsql.go: the SQL of
+// card charges, whose use case is internal/cards). Each role is built alone on the handle (DB,
 // from Connect) with its New function, and holds no Close: the handle's
 // owner closes it. Store bundles them for cmd/payments, which hands each
 // consumer of the store the interface it declares. Monitor (monitor.go)
@@ -109,6 +110,7 @@ type Store struct {
 	*Holds
 	*Webhooks
 	*Deliveries
+	Cards *CardDB // named: its methods (BeginKeyed, Claim, ...) would clash
 }
 
 // DB is the handle every role is built on: one pool, its options, and the
@@ -184,6 +186,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		Holds:      NewHolds(d),
 		Webhooks:   NewWebhooks(d),
 		Deliveries: NewDeliveries(d),
+		Cards:      NewCardDB(d),
 	}, nil
 }
 

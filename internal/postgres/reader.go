@@ -86,8 +86,8 @@ func scanStoredCharge(row pgx.Row) (c payment.Charge, at time.Time, err error) {
 
 // chargeDest is where a row of chargeColumns goes.
 func chargeDest(c *payment.Charge, at *time.Time) []any {
-	return []any{&c.ID, &c.AccountID, &c.Amount, &c.Currency, &c.Status, &c.FailureCode, &c.AmountCaptured, &c.AmountRefunded,
-		&c.ExpiresAt, &c.Description, &c.Metadata, &c.CreatedAt, at}
+	return []any{&c.ID, &c.AccountID, &c.PaymentMethod, &c.Amount, &c.Currency, &c.Status, &c.FailureCode, &c.DeclineCode,
+		&c.AmountCaptured, &c.AmountRefunded, &c.ExpiresAt, &c.Description, &c.Metadata, &c.CreatedAt, at}
 }
 
 func readErr(what string, err error) error {
@@ -102,7 +102,11 @@ func readErr(what string, err error) error {
 }
 
 const (
-	chargeColumns = `id, account_id, amount, currency, status, coalesce(failure_code, ''), amount_captured, amount_refunded,
+	// A card charge has no account (uuid.Nil) and a payment method; an
+	// account's charge has no payment method ("").
+	chargeColumns = `id, coalesce(account_id, '00000000-0000-0000-0000-000000000000'::uuid) AS account_id,
+       coalesce(payment_method, '') AS payment_method, amount, currency, status, coalesce(failure_code, ''),
+       coalesce(decline_code, '') AS decline_code, amount_captured, amount_refunded,
        expires_at, description, metadata, created_at, statement_timestamp()`
 
 	chargeSeqSQL = `SELECT seq FROM charges WHERE merchant_id = $1 AND id = $2`

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/exactlyonce/payments/internal/cards"
 	"github.com/exactlyonce/payments/internal/charging"
 	"github.com/exactlyonce/payments/internal/httpapi"
 	"github.com/exactlyonce/payments/internal/idempotency"
@@ -39,6 +40,10 @@ type APIOptions struct {
 	// AllowPrivateNetworks is the API's WEBHOOK_ALLOW_PRIVATE_NETWORKS: set
 	// it only in a test whose webhook endpoints are local receivers.
 	AllowPrivateNetworks bool
+	// Cards, if set, are the options of card charges (with their
+	// Processor), rendered as the API renders them; their recovery runs
+	// until the test ends. Without it card charges are refused.
+	Cards *cards.Options
 }
 
 // API is the service in process, as cmd/payments serve wires it, on a
@@ -51,6 +56,7 @@ type API struct {
 	Logs    *LogBuffer         // the service's log, as JSON lines
 	Front   *idempotency.Front // the server's; its cache counts hits
 	Metrics *metrics.Metrics   // the server's
+	Cards   *cards.Cards       // card charges, with APIOptions.Cards
 
 	MerchantID uuid.UUID
 	APIKey     string
@@ -88,10 +94,16 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 		Front:   idempotency.NewFront(opts.CacheSize, 64<<20, 24*time.Hour, opts.KeyWait),
 		Metrics: metrics.New(),
 	}
-	srv := httptest.NewServer(httpapi.New(svc, slog.New(slog.NewJSONHandler(a.Logs, nil)), httpapi.Options{
+	log := slog.New(slog.NewJSONHandler(a.Logs, nil))
+	apiOpts := httpapi.Options{
 		Spec: opts.Spec, Docs: opts.Docs, Front: a.Front, Metrics: a.Metrics, TrustedProxies: opts.TrustedProxies,
 		AllowPrivateNetworks: opts.AllowPrivateNetworks,
-	}))
+	}
+	if opts.Cards != nil {
+		a.Cards = startCards(t, svc.Store, *opts.Cards, log)
+		apiOpts.Cards = a.Cards
+	}
+	srv := httptest.NewServer(httpapi.New(svc, log, apiOpts))
 	t.Cleanup(srv.Close)
 	a.URL = srv.URL
 	merchant, key, err := svc.RegisterMerchant(ctx, t.Name())
@@ -100,4 +112,23 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 	}
 	a.MerchantID, a.APIKey = merchant, key.Secret
 	return a
+}
+
+// startCards starts card charges on s and their recovery, stopped when t
+// ends (before the server closes), once the calls under way have ended.
+func startCards(t testing.TB, s *postgres.Store, o cards.Options, log *slog.Logger) *cards.Cards {
+	o.Render = httpapi.RenderCardCharge
+	if o.Log == nil {
+		o.Log = log
+	}
+	c := cards.New(s.Cards, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		c.Wait()
+	})
+	return c
 }

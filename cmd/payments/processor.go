@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/exactlyonce/payments/internal/cards"
+	"github.com/exactlyonce/payments/internal/httpapi"
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/processor"
+)
+
+// processorRoom: the card processor that charges by payment_method go to.
+func (c *config) processorRoom() room {
+	return room{roomProcessor, "Card processor", "Charges by `payment_method` go to a card processor " +
+		"(see [Card processors](processors.md)); without `PROCESSOR_URL` they are refused with `503 processor-not-configured`.", []setting{
+		{"PROCESSOR_URL", "processor-url", "", "base URL of the card processor (the simulator, `procsim serve`: `http://127.0.0.1:8090`); " +
+			"empty: none",
+			parser{"url", func(v string) error {
+				c.Processor.URL = v
+				if v == "" {
+					return nil
+				}
+				if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("want an http or https URL, got %q", v)
+				}
+				return nil
+			}}},
+		{"PROCESSOR_WAIT", "processor-wait", "5s", "how long a card charge's request waits for the processor's outcome before `202` with the charge " +
+			"`processing` (the charge goes on); refused above " + code(maxKeyWait),
+			durationInto(&c.Processor.Wait)},
+		{"PROCESSOR_TIMEOUT", "processor-timeout", "30s", "bound of each call to the processor; a call past it has an unknown outcome, " +
+			"which recovery resolves",
+			durationInto(&c.Processor.Timeout)},
+		{"PROCESSOR_DECISION_DEADLINE", "processor-decision-deadline", "120s", "the processor's decision deadline (the simulator's " +
+			"`-decision-deadline`, Adyen's 120 s): past it, a charge the processor has no record of failed, and one whose outcome stays unknown is reversed; " +
+			"refused unless above `PROCESSOR_TIMEOUT`",
+			durationInto(&c.Processor.DecisionDeadline)},
+		{"PROCESSOR_WEBHOOK_SECRET", "processor-webhook-secret", "", "verifies the processor's webhooks at `POST /v1/processor/events` " +
+			"(the simulator's `-webhook-secret`); empty: every webhook is refused, and recovery's lookups alone resolve asynchronous outcomes",
+			parser{"secret", func(v string) error { c.Processor.WebhookSecret = v; return nil }}},
+		{"RECOVERY_INTERVAL", "recovery-interval", "1s", "how often each replica looks for card charges whose outcome is due for a check " +
+			"(a lookup, a re-drive, a reversal); at least `10ms`",
+			durationAtLeast(&c.Processor.RecoveryInterval, 10*time.Millisecond)},
+	}}
+}
+
+// openCards returns the card charge use case over store, with the
+// processor at PROCESSOR_URL (none when it is empty), its metrics on m.
+func openCards(cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) *cards.Cards {
+	p := cfg.Processor
+	o := cards.Options{Render: httpapi.RenderCardCharge, WebhookSecret: p.WebhookSecret,
+		Wait: p.Wait, KeyWait: cfg.Pool.KeyWait, CallTimeout: p.Timeout, DecisionDeadline: p.DecisionDeadline,
+		Interval: p.RecoveryInterval, KeyTTL: cfg.Keys.TTL, OnResolved: m.ProcessorResolved(), Log: log}
+	if p.URL != "" {
+		o.Processor = processor.NewSimulator(p.URL, &http.Client{})
+	}
+	c := cards.New(store.Cards, o)
+	cardMetrics(m, &c.Stats)
+	return c
+}
+
+// cardMetrics registers the card charges' recovery series, read from s.
+func cardMetrics(m *metrics.Metrics, s *cards.Stats) {
+	for name, f := range map[string]struct {
+		help string
+		v    func() int64
+	}{
+		"payments_processor_lookups_total":           {"Lookups by our reference this process made at the card processor (recovery).", s.Lookups.Load},
+		"payments_processor_redrives_total":          {"Authorizations recovery sent again with their processor key, the processor having no record of them yet.", s.Redrives.Load},
+		"payments_processor_reversal_attempts_total": {"Reversals by our reference this process asked of the card processor, accepted or not.", s.Reversals.Load},
+		"payments_processor_reviews_total":           {"Card charges this process sent to review: their reversal was refused too often.", s.Reviews.Load},
+	} {
+		m.CounterFunc(name, f.help, func() float64 { return float64(f.v()) })
+	}
+	m.GaugeFunc("payments_processor_operations_open", "Operations at the card processor still open (processing or reversing), as recovery last counted (every RECOVERY_INTERVAL).",
+		func() float64 { return float64(s.Open.Load()) })
+	m.GaugeFunc("payments_processor_operations_in_review", "Card charges in requires_review, which an operator settles, as recovery last counted.",
+		func() float64 { return float64(s.InReview.Load()) })
+	m.GaugeFunc("payments_processor_oldest_open_seconds", "Age of the oldest open operation at the card processor, as recovery last read it.",
+		func() float64 { return time.Duration(s.OldestOpen.Load()).Seconds() })
+}

@@ -1,0 +1,153 @@
+package payment
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+)
+
+// Charges at a card processor. A charge names either an account here
+// (AccountID) or a payment method at an external processor (PaymentMethod),
+// never both. A card charge moves money outside this database: it moves no
+// account's balance and holds nothing here, and while the processor's answer
+// is not known it is ChargeProcessing. docs/processors.md has its states.
+
+// The states only a card charge takes, besides succeeded, authorized and
+// failed.
+const (
+	// ChargeProcessing: the processor's outcome is not known yet.
+	ChargeProcessing ChargeStatus = "processing"
+	// ChargeReversing: the outcome stayed unknown (or an approval came after
+	// the charge had failed), and a reversal by our reference is under way.
+	ChargeReversing ChargeStatus = "reversing"
+	// ChargeReversed: whatever the processor did under the charge was
+	// cancelled or refunded; no money moved.
+	ChargeReversed ChargeStatus = "reversed"
+	// ChargeRequiresReview: the processor refused the reversal too often; an
+	// operator settles the charge.
+	ChargeRequiresReview ChargeStatus = "requires_review"
+)
+
+// The failure codes of card charges.
+const (
+	// FailureCardDeclined: the processor declined the card; DeclineCode
+	// keeps its reason.
+	FailureCardDeclined = "card-declined"
+	// FailureProcessorNoRecord: past the processor's decision deadline it
+	// had no record of the charge: it never happened.
+	FailureProcessorNoRecord = "processor-no-record"
+	// FailureProcessorCancelled: the processor cancelled the authorization
+	// itself (its decision deadline passed with the answer undelivered);
+	// DeclineCode keeps the processor's status.
+	FailureProcessorCancelled = "processor-cancelled"
+)
+
+// The events only card charges write.
+const (
+	EventChargeProcessing     = "charge.processing"
+	EventChargeReversing      = "charge.reversing"
+	EventChargeReversed       = "charge.reversed"
+	EventChargeRequiresReview = "charge.requires_review"
+)
+
+// NewCardCharge is the request to charge a payment method at the processor.
+type NewCardCharge struct {
+	PaymentMethod string
+	Amount        int64
+	Currency      string
+	Description   *string
+	Metadata      map[string]string
+	// Authorize (capture=false) authorizes only: the processor holds the
+	// amount until a capture or a void.
+	Authorize bool
+}
+
+// paymentMethodPattern is the shape of a payment method id.
+var paymentMethodPattern = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,64}$`)
+
+// ValidatePaymentMethod checks that pm looks like a payment method id: pm_
+// followed by 1 to 64 letters, digits or underscores.
+func ValidatePaymentMethod(field, pm string) error {
+	if !paymentMethodPattern.MatchString(pm) {
+		return Invalid(field, "must be a payment method id: pm_ followed by 1 to 64 letters, digits or underscores, got %q", pm)
+	}
+	return nil
+}
+
+// Validate returns a *ValidationError naming the first field that breaks the rules.
+func (n NewCardCharge) Validate() error {
+	if err := ValidatePaymentMethod("payment_method", n.PaymentMethod); err != nil {
+		return err
+	}
+	if err := ValidateAmount("amount", n.Amount); err != nil {
+		return err
+	}
+	if err := ValidateCurrency("currency", n.Currency); err != nil {
+		return err
+	}
+	return validateFreeForm(n.Description, n.Metadata)
+}
+
+// IsCard reports whether c is a charge at a card processor.
+func (c Charge) IsCard() bool { return c.PaymentMethod != "" }
+
+// Final reports whether c's status is one no processor outcome changes by
+// itself: everything but processing and reversing.
+func (c Charge) Final() bool { return c.Status != ChargeProcessing && c.Status != ChargeReversing }
+
+// cardChargeStateMessage is ChargeStateError's message for a card charge.
+func cardChargeStateMessage(c Charge, verb string) string {
+	id := FormatID(PrefixCharge, c.ID)
+	if c.Status == ChargeProcessing {
+		return fmt.Sprintf("charge %s is processing at the card processor: it cannot be %s before its outcome is known, "+
+			"and card charges cannot be %s here yet", id, verb, verb)
+	}
+	return fmt.Sprintf("charge %s is a card charge (%s); card charges cannot be %s here yet", id, c.Status, verb)
+}
+
+// ErrProcessorNotConfigured is a card charge asked of a service that has
+// no card processor (PROCESSOR_URL). Nothing was written.
+var ErrProcessorNotConfigured = errors.New("no card processor is configured")
+
+// The refusals a card charge is answered with once final without an
+// approval (CardChargeFailure says which).
+var (
+	// ErrCardDeclined: the processor declined the card.
+	ErrCardDeclined = errors.New("the card was declined")
+	// ErrCardChargeFailed: the processor had no record of the charge past
+	// its decision deadline, or cancelled it itself.
+	ErrCardChargeFailed = errors.New("the card charge failed at the processor")
+	// ErrChargeReversed: the outcome stayed unknown, and the charge was
+	// reversed at the processor.
+	ErrChargeReversed = errors.New("the card charge was reversed")
+)
+
+// CardChargeFailure is the refusal of a card charge that failed or was
+// reversed at the processor: the charge exists, final. It is the error
+// (ErrCardDeclined, ErrCardChargeFailed or ErrChargeReversed) its status
+// and failure code say.
+type CardChargeFailure struct{ Charge Charge }
+
+func (e *CardChargeFailure) Error() string {
+	id := FormatID(PrefixCharge, e.Charge.ID)
+	switch {
+	case e.Charge.Status == ChargeReversed:
+		return fmt.Sprintf("the processor's outcome of charge %s stayed unknown, so it was reversed: no money moved", id)
+	case e.Charge.FailureCode == FailureCardDeclined:
+		return fmt.Sprintf("the processor declined charge %s of %d %s: %s", id, e.Charge.Amount, e.Charge.Currency, e.Charge.DeclineCode)
+	case e.Charge.FailureCode == FailureProcessorCancelled:
+		return fmt.Sprintf("the processor cancelled charge %s (%s): no money moved", id, e.Charge.DeclineCode)
+	}
+	return fmt.Sprintf("the processor has no record of charge %s past its decision deadline: no money moved", id)
+}
+
+// Unwrap makes a CardChargeFailure the error its charge's state says.
+func (e *CardChargeFailure) Unwrap() error {
+	switch {
+	case e.Charge.Status == ChargeReversed:
+		return ErrChargeReversed
+	case e.Charge.FailureCode == FailureCardDeclined:
+		return ErrCardDeclined
+	}
+	return ErrCardChargeFailed
+}
