@@ -82,8 +82,15 @@ type Result[T any] struct {
 	RequestIDs []string
 	// Attempts counts the requests sent, answered or not.
 	Attempts int
-	// Location is the path of the object a 201 created.
+	// Location is the path of the object a 201 created, or of the card
+	// charge a 202 accepted.
 	Location string
+	// StatusCode is the HTTP status of the answer: 202 for a card charge
+	// still processing (see CreateCharge).
+	StatusCode int
+	// RetryAfter is the answer's Retry-After, zero when it had none: with a
+	// 202, when to ask about the charge again.
+	RetryAfter time.Duration
 }
 
 // CreateAccount opens an account (POST /v1/accounts). Errors: a *Problem for
@@ -116,6 +123,14 @@ func (c *Client) GetDeposit(ctx context.Context, accountID AccountId, id Deposit
 // that do not cover it are a *Problem with Code CodeInsufficientFunds and the
 // ChargeID of the failed charge the service recorded; other refusals are
 // *Problem too, and a *RetryError says it gave up retrying.
+//
+// With in.PaymentMethod instead of in.AccountId, it charges a card at the
+// service's card processor. The processor's answer within the service's
+// wait is a charge succeeded (or authorized) or a *Problem with Code
+// CodeCardDeclined (and DeclineCode). Otherwise the answer is the charge
+// still processing: Result.StatusCode is 202 and Data.Status is
+// ChargeStatusProcessing, and the charge goes on without you: WaitForCharge
+// follows it to its outcome. A retry with the same key never charges twice.
 func (c *Client) CreateCharge(ctx context.Context, in NewCharge, opts ...CallOption) (*Result[Charge], error) {
 	return post[Charge](ctx, c, "/v1/charges", in, opts)
 }
@@ -279,6 +294,7 @@ func do[T any](ctx context.Context, c *Client, method, path, key string, body []
 		if o.err == nil {
 			res.Replayed = o.header.Get("Idempotent-Replayed") == "true"
 			res.Location = o.header.Get("Location")
+			res.StatusCode, res.RetryAfter = o.status, o.retryAfter
 			if err := json.Unmarshal(o.body, &res.Data); err != nil {
 				return fmt.Errorf("payments: decode %d response to %s %s: %w", o.status, method, path, err)
 			}

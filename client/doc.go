@@ -130,7 +130,7 @@
 // Some constructs of the spec come out awkwardly, and are left as generated:
 // the nullable enum of Charge.failure_code adds a constant
 // ChargeFailureCodeLessThannil ("<nil>") that the service never sends (a null
-// is a nil *ChargeFailureCode); the allOf of InsufficientFundsProblem types
+// is a nil *ChargeFailureCode); the allOf of ChargeFailedProblem types
 // its const code and status as interface{} (use *Problem instead). The
 // generated problem body is named ProblemBody by overlay.yaml, so that
 // Problem is the error type. Event.Data, a oneOf with a discriminator, is

@@ -21,8 +21,12 @@ type Problem struct {
 	Code   string `json:"code"`
 	// Field names the request field to blame, when one is (invalid-request).
 	Field string `json:"field,omitempty"`
-	// ChargeID is the failed charge that insufficient-funds recorded.
+	// ChargeID is the charge that insufficient-funds, card-declined,
+	// card-charge-failed or charge-reversed recorded.
 	ChargeID string `json:"charge_id,omitempty"`
+	// DeclineCode is the card processor's reason for a card-declined
+	// ("insufficient_funds", "do_not_honor", ...).
+	DeclineCode string `json:"decline_code,omitempty"`
 	// ChargeStatus is the status of the charge that charge-not-capturable
 	// or charge-not-voidable refused ("succeeded", "expired", ...).
 	ChargeStatus string `json:"charge_status,omitempty"`
@@ -56,6 +60,11 @@ const (
 	CodeServiceUnavailable          = "service-unavailable"
 	CodeCaptureExceedsAuthorization = "capture-exceeds-authorization"
 	CodeTooManyWebhookEndpoints     = "too-many-webhook-endpoints"
+	// A card charge's refusals (see CreateCharge).
+	CodeCardDeclined           = "card-declined"
+	CodeCardChargeFailed       = "card-charge-failed"
+	CodeChargeReversed         = "charge-reversed"
+	CodeProcessorNotConfigured = "processor-not-configured"
 )
 
 func (p *Problem) Error() string {

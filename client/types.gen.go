@@ -24,19 +24,28 @@ func (e AccountObject) Valid() bool {
 
 // Defines values for ChargeFailureCode.
 const (
+	ChargeFailureCodeCardDeclined            ChargeFailureCode = "card-declined"
 	ChargeFailureCodeInsufficientFunds       ChargeFailureCode = "insufficient-funds"
 	ChargeFailureCodeInsufficientFundsFormer ChargeFailureCode = "insufficient_funds"
 	ChargeFailureCodeLessThannil             ChargeFailureCode = "<nil>"
+	ChargeFailureCodeProcessorCancelled      ChargeFailureCode = "processor-cancelled"
+	ChargeFailureCodeProcessorNoRecord       ChargeFailureCode = "processor-no-record"
 )
 
 // Valid indicates whether the value is a known member of the ChargeFailureCode enum.
 func (e ChargeFailureCode) Valid() bool {
 	switch e {
+	case ChargeFailureCodeCardDeclined:
+		return true
 	case ChargeFailureCodeInsufficientFunds:
 		return true
 	case ChargeFailureCodeInsufficientFundsFormer:
 		return true
 	case ChargeFailureCodeLessThannil:
+		return true
+	case ChargeFailureCodeProcessorCancelled:
+		return true
+	case ChargeFailureCodeProcessorNoRecord:
 		return true
 	default:
 		return false
@@ -75,11 +84,15 @@ func (e ChargeListObject) Valid() bool {
 
 // Defines values for ChargeStatus.
 const (
-	ChargeStatusAuthorized ChargeStatus = "authorized"
-	ChargeStatusExpired    ChargeStatus = "expired"
-	ChargeStatusFailed     ChargeStatus = "failed"
-	ChargeStatusSucceeded  ChargeStatus = "succeeded"
-	ChargeStatusVoided     ChargeStatus = "voided"
+	ChargeStatusAuthorized     ChargeStatus = "authorized"
+	ChargeStatusExpired        ChargeStatus = "expired"
+	ChargeStatusFailed         ChargeStatus = "failed"
+	ChargeStatusProcessing     ChargeStatus = "processing"
+	ChargeStatusRequiresReview ChargeStatus = "requires_review"
+	ChargeStatusReversed       ChargeStatus = "reversed"
+	ChargeStatusReversing      ChargeStatus = "reversing"
+	ChargeStatusSucceeded      ChargeStatus = "succeeded"
+	ChargeStatusVoided         ChargeStatus = "voided"
 )
 
 // Valid indicates whether the value is a known member of the ChargeStatus enum.
@@ -90,6 +103,14 @@ func (e ChargeStatus) Valid() bool {
 	case ChargeStatusExpired:
 		return true
 	case ChargeStatusFailed:
+		return true
+	case ChargeStatusProcessing:
+		return true
+	case ChargeStatusRequiresReview:
+		return true
+	case ChargeStatusReversed:
+		return true
+	case ChargeStatusReversing:
 		return true
 	case ChargeStatusSucceeded:
 		return true
@@ -152,6 +173,10 @@ const (
 	EventTypeChargeCaptured          EventType = "charge.captured"
 	EventTypeChargeExpired           EventType = "charge.expired"
 	EventTypeChargeFailed            EventType = "charge.failed"
+	EventTypeChargeProcessing        EventType = "charge.processing"
+	EventTypeChargeRequiresReview    EventType = "charge.requires_review"
+	EventTypeChargeReversed          EventType = "charge.reversed"
+	EventTypeChargeReversing         EventType = "charge.reversing"
 	EventTypeChargeSucceeded         EventType = "charge.succeeded"
 	EventTypeChargeVoided            EventType = "charge.voided"
 	EventTypeDepositCreated          EventType = "deposit.created"
@@ -171,6 +196,14 @@ func (e EventType) Valid() bool {
 	case EventTypeChargeExpired:
 		return true
 	case EventTypeChargeFailed:
+		return true
+	case EventTypeChargeProcessing:
+		return true
+	case EventTypeChargeRequiresReview:
+		return true
+	case EventTypeChargeReversed:
+		return true
+	case EventTypeChargeReversing:
 		return true
 	case EventTypeChargeSucceeded:
 		return true
@@ -391,12 +424,14 @@ type CaptureCharge struct {
 }
 
 // Charge Money taken from an account, an authorization that holds it for a later
-// capture (and what became of it), or a recorded attempt that failed.
+// capture (and what became of it), or a recorded attempt that failed; or
+// the same at a card processor, which names its `payment_method` where
+// an account's charge names its `account_id` (see *Charging a card*).
 type Charge struct {
 	// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-	AccountId AccountId `json:"account_id"`
+	AccountId AccountId `json:"account_id,omitempty"`
 
 	// Amount An amount in minor units of the currency (cents for USD, yen for JPY).
 	//
@@ -423,6 +458,11 @@ type Charge struct {
 	// Examples: USD
 	Currency Currency `json:"currency"`
 
+	// DeclineCode Only on a card charge: the processor's reason for its decline
+	// (`insufficient_funds`, `do_not_honor`, ...) or for cancelling it,
+	// else null.
+	DeclineCode *string `json:"decline_code,omitempty"`
+
 	// Description The description given at creation, or null.
 	Description *Description `json:"description"`
 
@@ -439,7 +479,11 @@ type Charge struct {
 	// `insufficient_funds` is the former spelling of the same code: the
 	// service no longer writes it, but the `data` of events written by
 	// earlier versions keeps it (events never change once written).
-	// Read it as `insufficient-funds`.
+	// Read it as `insufficient-funds`. A card charge's:
+	// `card-declined` (the processor declined it: see `decline_code`),
+	// `processor-no-record` (past its decision deadline the processor
+	// had no record of it: it never happened), `processor-cancelled`
+	// (the processor cancelled it itself).
 	FailureCode *ChargeFailureCode `json:"failure_code"`
 
 	// Id A charge id, `ch_` and 32 lowercase hexadecimal digits.
@@ -455,6 +499,15 @@ type Charge struct {
 	Metadata Metadata     `json:"metadata"`
 	Object   ChargeObject `json:"object"`
 
+	// PaymentMethod A payment method at the card processor: `pm_` and 1 to 64 letters,
+	// digits or underscores. The simulator's test payment methods are listed
+	// in *Charging a card*; a method the processor does not know is declined
+	// by it.
+	//
+	//
+	// Examples: pm_card_approve
+	PaymentMethod PaymentMethod `json:"payment_method,omitempty"`
+
 	// Status Where a charge stands. `succeeded`: money was taken from the account,
 	// `amount_captured` of it (the whole amount, unless a capture took part
 	// of an authorization); it can be refunded. `failed`: no money moved;
@@ -465,7 +518,12 @@ type Charge struct {
 	// nor voided before `expires_at`, and its hold was released; no money
 	// moved. Every read shows an authorization whose `expires_at` has passed
 	// as `expired`, whether or not the service has yet written the change.
-	// `succeeded`, `failed`, `voided` and `expired` are final.
+	// `succeeded`, `failed`, `voided` and `expired` are final. A card
+	// charge (see *Charging a card*) is also `processing` while the
+	// processor's outcome is not known, `reversing` while a reversal at the
+	// processor is under way, `reversed` once it was (no money moved,
+	// final), and `requires_review` when the processor kept refusing the
+	// reversal and an operator settles it.
 	Status ChargeStatus `json:"status"`
 }
 
@@ -475,11 +533,70 @@ type Charge struct {
 // `insufficient_funds` is the former spelling of the same code: the
 // service no longer writes it, but the `data` of events written by
 // earlier versions keeps it (events never change once written).
-// Read it as `insufficient-funds`.
+// Read it as `insufficient-funds`. A card charge's:
+// `card-declined` (the processor declined it: see `decline_code`),
+// `processor-no-record` (past its decision deadline the processor
+// had no record of it: it never happened), `processor-cancelled`
+// (the processor cancelled it itself).
 type ChargeFailureCode string
 
 // ChargeObject defines model for Charge.Object.
 type ChargeObject string
+
+// ChargeFailedProblem The `402` of a charge that failed: `insufficient-funds` (an
+// account's), `card-declined`, `card-charge-failed` or
+// `charge-reversed` (a card's). It always carries the `charge_id` of
+// the charge recorded; `card-declined` also the processor's
+// `decline_code`.
+type ChargeFailedProblem struct {
+	// ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
+	//
+	// Examples: ch_0097748e0b70e31f14e42883ee36d0e5
+	ChargeId ChargeId `json:"charge_id"`
+
+	// ChargeStatus Where a charge stands. `succeeded`: money was taken from the account,
+	// `amount_captured` of it (the whole amount, unless a capture took part
+	// of an authorization); it can be refunded. `failed`: no money moved;
+	// `failure_code` says why. `authorized`: the amount is held (the
+	// account's `available` excludes it) but not taken, until a capture, a
+	// void or `expires_at`. `voided`: the authorization was released by a
+	// void; no money moved. `expired`: the authorization was neither captured
+	// nor voided before `expires_at`, and its hold was released; no money
+	// moved. Every read shows an authorization whose `expires_at` has passed
+	// as `expired`, whether or not the service has yet written the change.
+	// `succeeded`, `failed`, `voided` and `expired` are final. A card
+	// charge (see *Charging a card*) is also `processing` while the
+	// processor's outcome is not known, `reversing` while a reversal at the
+	// processor is under way, `reversed` once it was (no money moved,
+	// final), and `requires_review` when the processor kept refusing the
+	// reversal and an operator settles it.
+	ChargeStatus *ChargeStatus `json:"charge_status,omitempty"`
+	Code         interface{}   `json:"code"`
+
+	// DeclineCode With `card-declined`, the processor's reason (`insufficient_funds`, `do_not_honor`, ...).
+	DeclineCode *string `json:"decline_code,omitempty"`
+
+	// Detail What went wrong with this request, naming the field or value at fault.
+	//
+	// Examples: amount: must be an integer from 1 to 99999999 (minor units), got 0
+	Detail string `json:"detail"`
+
+	// Field With `invalid-request`, the request field or query parameter at fault, when there is one.
+	//
+	// Examples: amount
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+
+	// Title A short summary of the problem type; the same for every occurrence.
+	//
+	// Examples: Invalid request
+	Title string `json:"title"`
+
+	// Type `/problems/<code>`; `GET` it for a description of the problem type.
+	//
+	// Examples: /problems/invalid-request
+	Type string `json:"type"`
+}
 
 // ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
 //
@@ -508,7 +625,12 @@ type ChargeListObject string
 // nor voided before `expires_at`, and its hold was released; no money
 // moved. Every read shows an authorization whose `expires_at` has passed
 // as `expired`, whether or not the service has yet written the change.
-// `succeeded`, `failed`, `voided` and `expired` are final.
+// `succeeded`, `failed`, `voided` and `expired` are final. A card
+// charge (see *Charging a card*) is also `processing` while the
+// processor's outcome is not known, `reversing` while a reversal at the
+// processor is under way, `reversed` once it was (no money moved,
+// final), and `requires_review` when the processor kept refusing the
+// reversal and an operator settles it.
 type ChargeStatus string
 
 // Currency An uppercase ISO 4217 currency code. Unknown codes are `400 invalid-request`.
@@ -603,7 +725,11 @@ type Event struct {
 	// lapsed at its `expires_at`; this event is written by the service
 	// shortly after, reads have shown the charge `expired` from
 	// `expires_at` on. The `data` of every `charge.*` event is the charge
-	// as of that change. `webhook_endpoint.disabled`: an endpoint was
+	// as of that change. `charge.processing`, `charge.reversing`,
+	// `charge.reversed`, `charge.requires_review`: a card charge was
+	// sent to the processor, is being reversed there, was reversed, or
+	// awaits an operator (see *Charging a card*).
+	// `webhook_endpoint.disabled`: an endpoint was
 	// disabled after its deliveries failed for the whole retry period;
 	// `data` is the endpoint (`status` `disabled`, no secret).
 	Type EventType `json:"type"`
@@ -621,7 +747,11 @@ type EventObject string
 // lapsed at its `expires_at`; this event is written by the service
 // shortly after, reads have shown the charge `expired` from
 // `expires_at` on. The `data` of every `charge.*` event is the charge
-// as of that change. `webhook_endpoint.disabled`: an endpoint was
+// as of that change. `charge.processing`, `charge.reversing`,
+// `charge.reversed`, `charge.requires_review`: a card charge was
+// sent to the processor, is being reversed there, was reversed, or
+// awaits an operator (see *Charging a card*).
+// `webhook_endpoint.disabled`: an endpoint was
 // disabled after its deliveries failed for the whole retry period;
 // `data` is the endpoint (`status` `disabled`, no secret).
 type EventType string
@@ -642,49 +772,6 @@ type EventList struct {
 
 // EventListObject defines model for EventList.Object.
 type EventListObject string
-
-// InsufficientFundsProblem The `insufficient-funds` problem, which always carries `charge_id`.
-type InsufficientFundsProblem struct {
-	// ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
-	//
-	// Examples: ch_0097748e0b70e31f14e42883ee36d0e5
-	ChargeId ChargeId `json:"charge_id"`
-
-	// ChargeStatus Where a charge stands. `succeeded`: money was taken from the account,
-	// `amount_captured` of it (the whole amount, unless a capture took part
-	// of an authorization); it can be refunded. `failed`: no money moved;
-	// `failure_code` says why. `authorized`: the amount is held (the
-	// account's `available` excludes it) but not taken, until a capture, a
-	// void or `expires_at`. `voided`: the authorization was released by a
-	// void; no money moved. `expired`: the authorization was neither captured
-	// nor voided before `expires_at`, and its hold was released; no money
-	// moved. Every read shows an authorization whose `expires_at` has passed
-	// as `expired`, whether or not the service has yet written the change.
-	// `succeeded`, `failed`, `voided` and `expired` are final.
-	ChargeStatus *ChargeStatus `json:"charge_status,omitempty"`
-	Code         interface{}   `json:"code"`
-
-	// Detail What went wrong with this request, naming the field or value at fault.
-	//
-	// Examples: amount: must be an integer from 1 to 99999999 (minor units), got 0
-	Detail string `json:"detail"`
-
-	// Field With `invalid-request`, the request field or query parameter at fault, when there is one.
-	//
-	// Examples: amount
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-
-	// Title A short summary of the problem type; the same for every occurrence.
-	//
-	// Examples: Invalid request
-	Title string `json:"title"`
-
-	// Type `/problems/<code>`; `GET` it for a description of the problem type.
-	//
-	// Examples: /problems/invalid-request
-	Type string `json:"type"`
-}
 
 // Metadata Your own key-value pairs, stored and returned as given: at most 50 keys of 1
 // to 40 characters, string values of at most 500 characters.
@@ -710,12 +797,14 @@ type NewAccount struct {
 	Metadata *Metadata `json:"metadata,omitempty"`
 }
 
-// NewCharge A charge. Unknown fields are `400 invalid-request`.
+// NewCharge A charge of an account (`account_id`) or of a card at the card
+// processor (`payment_method`): exactly one of the two, else `400
+// invalid-request`. Unknown fields are `400 invalid-request`.
 type NewCharge struct {
 	// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-	AccountId AccountId `json:"account_id"`
+	AccountId AccountId `json:"account_id,omitempty"`
 
 	// Amount An amount in minor units of the currency (cents for USD, yen for JPY).
 	//
@@ -742,6 +831,15 @@ type NewCharge struct {
 	//
 	// Examples: {"order_id":"1042"}
 	Metadata *Metadata `json:"metadata,omitempty"`
+
+	// PaymentMethod A payment method at the card processor: `pm_` and 1 to 64 letters,
+	// digits or underscores. The simulator's test payment methods are listed
+	// in *Charging a card*; a method the processor does not know is declined
+	// by it.
+	//
+	//
+	// Examples: pm_card_approve
+	PaymentMethod PaymentMethod `json:"payment_method,omitempty"`
 }
 
 // NewDeposit A deposit, in the account's currency. Unknown fields are `400 invalid-request`.
@@ -775,6 +873,14 @@ type NewWebhookEndpoint struct {
 	Url string `json:"url"`
 }
 
+// PaymentMethod A payment method at the card processor: `pm_` and 1 to 64 letters,
+// digits or underscores. The simulator's test payment methods are listed
+// in *Charging a card*; a method the processor does not know is declined
+// by it.
+//
+// Examples: pm_card_approve
+type PaymentMethod = string
+
 // ProblemBody An RFC 9457 problem detail. Program against `status` and `code`; `title` and
 // `detail` are for people.
 type ProblemBody struct {
@@ -793,7 +899,12 @@ type ProblemBody struct {
 	// nor voided before `expires_at`, and its hold was released; no money
 	// moved. Every read shows an authorization whose `expires_at` has passed
 	// as `expired`, whether or not the service has yet written the change.
-	// `succeeded`, `failed`, `voided` and `expired` are final.
+	// `succeeded`, `failed`, `voided` and `expired` are final. A card
+	// charge (see *Charging a card*) is also `processing` while the
+	// processor's outcome is not known, `reversing` while a reversal at the
+	// processor is under way, `reversed` once it was (no money moved,
+	// final), and `requires_review` when the processor kept refusing the
+	// reversal and an operator settles it.
 	ChargeStatus *ChargeStatus `json:"charge_status,omitempty"`
 
 	// Code The problem type's slug, the last segment of `type`. See the table of
@@ -802,6 +913,9 @@ type ProblemBody struct {
 	//
 	// Examples: invalid-request
 	Code string `json:"code"`
+
+	// DeclineCode With `card-declined`, the processor's reason (`insufficient_funds`, `do_not_honor`, ...).
+	DeclineCode *string `json:"decline_code,omitempty"`
 
 	// Detail What went wrong with this request, naming the field or value at fault.
 	//
