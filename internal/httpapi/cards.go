@@ -5,9 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
-
-	"github.com/google/uuid"
 
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
@@ -97,12 +94,4 @@ func (s *Server) processorEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, r, err, map[string]bool{"received": true})
-}
-
-// retryAfterOperation sets the Retry-After of an answer from an operation
-// still going on (a card charge's 202).
-func retryAfterOperation(w http.ResponseWriter, res idempotency.Result) {
-	if res.Operation != uuid.Nil {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
-	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
+
+	"github.com/google/uuid"
 
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
@@ -51,6 +54,11 @@ func refusal(err error) (response, error) {
 func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempotency.Request,
 	store func(context.Context) (idempotency.Result, error)) idempotency.Result {
 	res, err := s.opts.Front.Do(r.Context(), req, store)
+	if err == nil && res.Operation != uuid.Nil {
+		// An operation still going on (a card charge's 202): when to ask
+		// again. Inline, so that an account's charge runs nothing more.
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
+	}
 	switch p, _ := problemFor(err); {
 	case err != nil && p == probKeyReused:
 		s.audit(r, req, metrics.OutcomeMismatch)
@@ -62,11 +70,9 @@ func (s *Server) executeWith(w http.ResponseWriter, r *http.Request, req idempot
 		s.fail(w, r, err)
 	case res.Replayed:
 		s.audit(r, req, metrics.OutcomeReplayed)
-		retryAfterOperation(w, res)
 		writeResponse(w, res.Response, true)
 	default:
 		s.opts.Metrics.Idempotency(metrics.OutcomeClaimed)
-		retryAfterOperation(w, res)
 		writeResponse(w, res.Response, false)
 	}
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/exactlyonce/payments/internal/cards"
 	"github.com/exactlyonce/payments/internal/httpapi"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/metrics"
@@ -22,9 +23,12 @@ import (
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit/procsimtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain builds the card processor simulator (procsimtest), which the
+// card charges' tests run, and runs the tests with pgtest.
+func TestMain(m *testing.M) { procsimtest.Main(m) }
 
 // fixture is a running API on a real database, with one merchant signed in.
 type fixture struct {
@@ -45,8 +49,9 @@ type setupOptions struct {
 	cacheSize      int
 	keyBudget      postgres.KeyBudget
 	trustedProxies []netip.Prefix
-	holdFor        time.Duration // CHARGE_AUTHORIZATION_TTL; zero: the default
-	allowPrivate   bool          // WEBHOOK_ALLOW_PRIVATE_NETWORKS, for tests whose endpoints are local
+	holdFor        time.Duration  // CHARGE_AUTHORIZATION_TTL; zero: the default
+	allowPrivate   bool           // WEBHOOK_ALLOW_PRIVATE_NETWORKS, for tests whose endpoints are local
+	cards          *cards.Options // card charges, with their processor; nil: none
 }
 
 // setup starts the API on the package database (or opts.databaseURL) and
@@ -60,7 +65,7 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 	}
 	api := testkit.StartAPI(t, o.databaseURL, testkit.APIOptions{MaxConns: 30, KeyWait: o.keyWait, CacheSize: o.cacheSize,
 		KeyBudget: o.keyBudget, TrustedProxies: o.trustedProxies, AuthorizationTTL: o.holdFor,
-		AllowPrivateNetworks: o.allowPrivate})
+		AllowPrivateNetworks: o.allowPrivate, Cards: o.cards})
 	f := &fixture{t: t, url: api.URL, db: api.DB, store: api.Service, logs: api.Logs, front: api.Front, metrics: api.Metrics,
 		merchantID: api.MerchantID, apiKey: api.APIKey}
 	return f

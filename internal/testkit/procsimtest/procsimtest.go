@@ -8,8 +8,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/procsim"
 )
 
 // bin is the simulator's binary, built by Main before any test runs.
@@ -161,4 +164,19 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Audit reads the simulator's audit (GET /v1/audit) of every reference.
+func (s *Sim) Audit(t testing.TB) procsim.Audit {
+	t.Helper()
+	resp, err := http.Get(s.URL() + "/v1/audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a procsim.Audit
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatalf("the simulator's audit: %v", err)
+	}
+	return a
 }
