@@ -255,6 +255,14 @@ charge
 
 # The balance is 7500: charged once.
 pay "\$BASE/v1/accounts/\$ACCOUNT"
+
+# Charge 12.00 EUR to a test card at the card processor (the simulator make run
+# started), twice with one key: the second answer is the stored first one, and
+# the processor charged the card once (bin/procsim audit says so).
+card() { pay -i -X POST "\$BASE/v1/charges" -H 'Idempotency-Key: dev-card-$run_id' \\
+  -d '{"payment_method": "pm_card_approve", "amount": 1200, "currency": "EUR"}'; }
+card
+card
 SESSION
 )
 printf '%s\n' "$session" >bin/dev-session.sh

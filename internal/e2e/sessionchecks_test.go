@@ -16,11 +16,15 @@ type sessionCheck func(t *testing.T, db *pgxpool.Pool, merchantID, output string
 // balances, rows and answers its text promises the reader.
 var sessionChecks = map[string]sessionCheck{
 	"README.md": func(t *testing.T, db *pgxpool.Pool, merchant, output string) {
-		// One account funded with 10000, one charge of 2500 sent twice.
+		// One account funded with 10000, one charge of 2500 sent twice; a
+		// test card charged once though sent twice, and one answered late.
 		want(t, db, "accounts", 1, `SELECT count(*) FROM accounts WHERE merchant_id = $1`, merchant)
 		want(t, db, "balance", 7500, `SELECT sum(balance) FROM accounts WHERE merchant_id = $1`, merchant)
-		want(t, db, "charges", 1, `SELECT count(*) FROM charges WHERE merchant_id = $1`, merchant)
-		printed(t, output, "Idempotent-Replayed: true", `"code":"idempotency-key-reused"`)
+		want(t, db, "account charges", 1, `SELECT count(*) FROM charges WHERE merchant_id = $1 AND account_id IS NOT NULL`, merchant)
+		want(t, db, "card charges", 2, `SELECT count(*) FROM charges WHERE merchant_id = $1 AND payment_method IS NOT NULL`, merchant)
+		want(t, db, "card charges succeeded", 1,
+			`SELECT count(*) FROM charges WHERE merchant_id = $1 AND payment_method = 'pm_card_approve' AND status = 'succeeded'`, merchant)
+		printed(t, output, "Idempotent-Replayed: true", `"code":"idempotency-key-reused"`, "HTTP/1.1 202 Accepted", `"status":"processing"`)
 	},
 	"docs/api.md": func(t *testing.T, db *pgxpool.Pool, merchant, output string) {
 		// 10000 deposited; 2500 and 1000 charged, 999999 refused, 2500
