@@ -105,6 +105,10 @@ func (c *Cards) check(ctx context.Context, op carddb.Operation, fetched time.Tim
 	return c.apply(ctx, op, fetched, o, carddb.Inbound{})
 }
 
+// codeLookupFailed is the code of an outcome left unknown because the lookup
+// itself failed.
+const codeLookupFailed = "lookup_failed"
+
 // lookup finds what the processor did under op's reference, and re-drives
 // the authorization when it has no record of it yet.
 func (c *Cards) lookup(ctx context.Context, op carddb.Operation, fetched time.Time) (outcome, error) {
@@ -117,9 +121,9 @@ func (c *Cards) lookup(ctx context.Context, op carddb.Operation, fetched time.Ti
 	case err != nil && !errors.Is(err, processor.ErrUnknown):
 		return outcome{}, err
 	case err != nil && now.After(op.DecisionDeadline):
-		return outcome{kind: giveUp, code: "lookup_failed"}, nil
+		return outcome{kind: giveUp, code: codeLookupFailed}, nil
 	case err != nil:
-		return outcome{kind: unknown, code: "lookup_failed"}, nil
+		return outcome{kind: unknown, code: codeLookupFailed}, nil
 	}
 	if o, ok := outcomeOfPayments(found); ok {
 		return o, nil

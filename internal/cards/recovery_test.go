@@ -53,8 +53,8 @@ func TestAsyncPendingIsResolvedByTheSignedWebhookOnce(t *testing.T) {
 	if r.processorEvents != 1 {
 		t.Errorf("%d processor events recorded, want 1", r.processorEvents)
 	}
-	if n := b.api.Cards.Stats.Lookups.Load(); n != 0 {
-		t.Errorf("%d lookups, want the webhook alone", n)
+	if n := b.api.Cards.Stats.Lookups.Load(); n != 1 {
+		t.Errorf("%d lookups, want the one that confirmed the webhook", n)
 	}
 	// The same event again (at least once delivery), and one that does not
 	// verify: neither changes anything.
@@ -77,6 +77,40 @@ func TestAsyncPendingIsResolvedByTheSignedWebhookOnce(t *testing.T) {
 	if a := b.audit(t, id); a.Approvals != 1 {
 		t.Errorf("audit %+v", a)
 	}
+	if n := b.api.Cards.Stats.Lookups.Load(); n != 1 {
+		t.Errorf("%d lookups after the duplicate, want still 1: an event that changes nothing calls no one", n)
+	}
+}
+
+// TestWebhookApprovalIsConfirmedBeforeItIsShown: an approval whose answer
+// the processor never delivered (a 500 after processing) is announced by its
+// webhook alone. The service confirms it by a lookup, an answer the
+// processor knows it gave, before it shows the charge succeeded: otherwise
+// the processor cancels the approval at its decision deadline as one it
+// never answered, and the merchant is told of money that never comes (found
+// by TestProcessorFaults, with the simulator's own faults on
+// pm_card_async_pending).
+func TestWebhookApprovalIsConfirmedBeforeItIsShown(t *testing.T) {
+	t.Parallel()
+	// Checks far apart: the webhook resolves it, not recovery's lookups.
+	b := setup(t, cards.Options{Wait: 50 * time.Millisecond, Backoff: 20 * time.Second, MaxBackoff: 20 * time.Second})
+	first := b.charge(t, "k-announced", "pm_card_5xx_after")
+	if first.status != http.StatusAccepted {
+		t.Fatalf("charge: %d %s, want 202", first.status, first.body)
+	}
+	id := chargeID(t, first)
+	if a := b.postEvent(t, b.signedEvent(t, "evt_announced", id, "authorized")); a.status != http.StatusOK {
+		t.Fatalf("webhook: %d %s", a.status, a.body)
+	}
+	r := b.waitFor(t, id, "succeeded", 10*time.Second)
+	wantEvents(t, r, "charge.processing", "charge.succeeded")
+	// Past the simulator's decision deadline (4 s), and its worker's round.
+	time.Sleep(5 * time.Second)
+	if a := b.audit(t, id); a.Approvals != 1 || a.Expiries != 0 {
+		t.Errorf("the simulator's audit %+v: want the approval kept, none expired", a)
+	}
+	r = b.rowsOf(t, id)
+	wantEvents(t, r, "charge.processing", "charge.succeeded")
 }
 
 func TestUnknownOutcomeIsReversedAfterRefusals(t *testing.T) {

@@ -15,7 +15,11 @@ type LookupAnswer struct {
 }
 
 // handleGet answers one payment by its psp reference. Lookups, like every
-// answer, mark the payments they name as answered.
+// answer, mark the payments they name as answered; a lookup does so before
+// it reads them (even if a fault then drops its answer), so that the
+// decision deadline never cancels a payment a lookup has reported live: an
+// expiry either commits before the read, which then shows it, or finds the
+// payment answered.
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	fault := s.faults.draw()
 	if fault == Fault5xxBefore {
@@ -24,6 +28,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
+	if err := s.store.markAnswered(ctx, []string{r.PathValue("psp")}, time.Now().UTC()); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	p, err := s.store.Get(ctx, r.PathValue("psp"))
 	switch {
 	case errors.Is(err, errNotFound):
@@ -49,6 +57,10 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
+	if err := s.store.markReferenceAnswered(ctx, ref, time.Now().UTC()); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	ps, err := s.store.ByReference(ctx, ref)
 	if err != nil {
 		s.fail(w, r, err)

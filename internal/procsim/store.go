@@ -230,6 +230,14 @@ func recordAction(ctx context.Context, tx pgx.Tx, psp, kind string, amount int64
 	return nil
 }
 
+// markReferenceAnswered is markAnswered for every payment carrying our
+// reference ref.
+func (s *Store) markReferenceAnswered(ctx context.Context, ref string, now time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE procsim_payments SET answered_at = $2
+		WHERE reference = $1 AND answered_at IS NULL`, ref, now)
+	return err
+}
+
 // markAnswered records that an answer naming these payments was delivered, so
 // the decision deadline leaves them alone.
 func (s *Store) markAnswered(ctx context.Context, psps []string, now time.Time) error {
