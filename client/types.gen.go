@@ -28,6 +28,7 @@ const (
 	ChargeFailureCodeInsufficientFunds       ChargeFailureCode = "insufficient-funds"
 	ChargeFailureCodeInsufficientFundsFormer ChargeFailureCode = "insufficient_funds"
 	ChargeFailureCodeLessThannil             ChargeFailureCode = "<nil>"
+	ChargeFailureCodeOperatorResolved        ChargeFailureCode = "operator-resolved"
 	ChargeFailureCodeProcessorCancelled      ChargeFailureCode = "processor-cancelled"
 	ChargeFailureCodeProcessorNoRecord       ChargeFailureCode = "processor-no-record"
 )
@@ -42,6 +43,8 @@ func (e ChargeFailureCode) Valid() bool {
 	case ChargeFailureCodeInsufficientFundsFormer:
 		return true
 	case ChargeFailureCodeLessThannil:
+		return true
+	case ChargeFailureCodeOperatorResolved:
 		return true
 	case ChargeFailureCodeProcessorCancelled:
 		return true
@@ -483,7 +486,9 @@ type Charge struct {
 	// `card-declined` (the processor declined it: see `decline_code`),
 	// `processor-no-record` (past its decision deadline the processor
 	// had no record of it: it never happened), `processor-cancelled`
-	// (the processor cancelled it itself).
+	// (the processor cancelled it itself), `operator-resolved` (it was
+	// in `requires_review` and an operator, having read the
+	// processor's records, settled it as failed: no money moved).
 	FailureCode *ChargeFailureCode `json:"failure_code"`
 
 	// Id A charge id, `ch_` and 32 lowercase hexadecimal digits.
@@ -537,7 +542,9 @@ type Charge struct {
 // `card-declined` (the processor declined it: see `decline_code`),
 // `processor-no-record` (past its decision deadline the processor
 // had no record of it: it never happened), `processor-cancelled`
-// (the processor cancelled it itself).
+// (the processor cancelled it itself), `operator-resolved` (it was
+// in `requires_review` and an operator, having read the
+// processor's records, settled it as failed: no money moved).
 type ChargeFailureCode string
 
 // ChargeObject defines model for Charge.Object.

@@ -67,7 +67,7 @@ var (
 	probCardDeclined = problemType{"card-declined", http.StatusPaymentRequired, "Card declined",
 		"The card processor declined the charge; decline_code is its reason (insufficient_funds, do_not_honor, ...). The failed charge is recorded (charge_id) and this answer is replayed for retries of the same request."}
 	probCardChargeFailed = problemType{"card-charge-failed", http.StatusPaymentRequired, "Card charge failed",
-		"The charge failed at the card processor without a decline: past the processor's decision deadline it had no record of it, or it cancelled it itself (the charge's failure_code says which). No money moved. The failed charge is recorded (charge_id) and this answer is replayed for retries of the same request."}
+		"The charge failed at the card processor without a decline: past the processor's decision deadline it had no record of it, or it cancelled it itself, or an operator settled it as failed after a review of the processor's records (the charge's failure_code says which). No money moved. The failed charge is recorded (charge_id) and this answer is replayed for retries of the same request."}
 	probChargeReversed = problemType{"charge-reversed", http.StatusPaymentRequired, "Charge reversed",
 		"The card processor's outcome stayed unknown past its decision deadline, so the charge was reversed there: whatever it did was cancelled or refunded, and no money moved. The charge is recorded (charge_id, status reversed) and this answer is replayed for retries of the same request."}
 	probProcessorNotConfigured = problemType{"processor-not-configured", http.StatusServiceUnavailable, "Processor not configured",

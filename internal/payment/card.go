@@ -40,6 +40,10 @@ const (
 	// itself (its decision deadline passed with the answer undelivered);
 	// DeclineCode keeps the processor's status.
 	FailureProcessorCancelled = "processor-cancelled"
+	// FailureOperatorResolved: the charge was in review (its reversal was
+	// refused too often) and an operator, having read the processor's
+	// records, settled it as failed: no money moved.
+	FailureOperatorResolved = "operator-resolved"
 )
 
 // The events only card charges write.
@@ -115,7 +119,8 @@ var (
 	// ErrCardDeclined: the processor declined the card.
 	ErrCardDeclined = errors.New("the card was declined")
 	// ErrCardChargeFailed: the processor had no record of the charge past
-	// its decision deadline, or cancelled it itself.
+	// its decision deadline, or cancelled it itself, or an operator settled
+	// it as failed after a review.
 	ErrCardChargeFailed = errors.New("the card charge failed at the processor")
 	// ErrChargeReversed: the outcome stayed unknown, and the charge was
 	// reversed at the processor.
@@ -137,6 +142,8 @@ func (e *CardChargeFailure) Error() string {
 		return fmt.Sprintf("the processor declined charge %s of %d %s: %s", id, e.Charge.Amount, e.Charge.Currency, e.Charge.DeclineCode)
 	case e.Charge.FailureCode == FailureProcessorCancelled:
 		return fmt.Sprintf("the processor cancelled charge %s (%s): no money moved", id, e.Charge.DeclineCode)
+	case e.Charge.FailureCode == FailureOperatorResolved:
+		return fmt.Sprintf("charge %s was settled as failed by an operator after a review of the processor's records: no money moved", id)
 	}
 	return fmt.Sprintf("the processor has no record of charge %s past its decision deadline: no money moved", id)
 }
