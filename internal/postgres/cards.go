@@ -115,6 +115,9 @@ func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (bool, err
 			// caller decides again from where the operation now is.
 			return errNotApplied
 		}
+		if t.Resolution != nil && applied > 0 {
+			return insertResolution(ctx, tx, t)
+		}
 		return nil
 	})
 	switch {
@@ -129,6 +132,23 @@ func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (bool, err
 		s.eventsCommitted()
 	}
 	return applied > 0, nil
+}
+
+// insertResolution writes the audit row of the operator's settlement that
+// brought t, in t's transaction, after its change.
+func insertResolution(ctx context.Context, tx pgx.Tx, t carddb.Transition) error {
+	r := t.Resolution
+	tag, err := tx.Exec(ctx, insertResolutionSQL, pgx.NamedArgs{
+		"merchant": t.Merchant, "id": t.Operation, "resolution_id": r.ID, "from": string(t.From), "as": r.As,
+		"status": string(t.Charge.Status), "reason": r.Reason, "operator": r.Operator,
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("insert charge resolution: %w", err)
+	case tag.RowsAffected() != 1:
+		return fmt.Errorf("insert charge resolution: %d rows written, not 1", tag.RowsAffected())
+	}
+	return nil
 }
 
 // errNotApplied rolls back a transition that was not applied, with its

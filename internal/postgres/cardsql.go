@@ -99,6 +99,14 @@ WITH inbound AS (
 )
 SELECT (SELECT count(*) FROM op), (SELECT count(*) FROM inbound)`
 
+	// insertResolutionSQL writes the audit row of an operator's settlement,
+	// after the transition it brought (same transaction): its time is the
+	// operation's resolved_at, which that transition has just set.
+	insertResolutionSQL = `
+INSERT INTO charge_resolutions (merchant_id, id, charge_id, from_state, resolved_as, status, reason, operator, resolved_at)
+SELECT merchant_id, @resolution_id, charge_id, @from, @as, @status, @reason, @operator, resolved_at
+FROM processor_operations WHERE merchant_id = @merchant AND id = @id`
+
 	// operationStatusSQL reads the key bound to the operation and the
 	// charge.
 	operationStatusSQL = `

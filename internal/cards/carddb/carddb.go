@@ -121,6 +121,22 @@ type Transition struct {
 	// the change: recorded with it, and the change is not written if it
 	// was recorded before (ErrDuplicateEvent).
 	Inbound Inbound
+	// Resolution, when set, is the operator's settlement that brought the
+	// change (out of RequiresReview): its audit row is written with the
+	// change, in its transaction, and only if the change is.
+	Resolution *Resolution
+}
+
+// Resolution is an operator's settlement of an operation in review, as its
+// audit keeps it: the state it left is the transition's From, the status
+// its charge took the transition's Charge.Status, and its time the
+// transaction's clock.
+type Resolution struct {
+	ID uuid.UUID
+	// As is what the operator found the processor did: "succeeded" (it
+	// kept the money) or "failed" (it did not).
+	As               string
+	Reason, Operator string
 }
 
 // Inbound is a processor's event (a webhook), by the processor's id.
