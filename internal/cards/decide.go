@@ -21,6 +21,7 @@ import (
 //	processing --unknown for too long--> reversing
 //	reversing --reversal accepted--> reversed
 //	reversing --reversal refused ReversalAttempts times--> requires_review
+//	requires_review --an operator's settlement (resolve.go)--> succeeded, failed
 //	failed, reversed --approved (late)--> reversing
 
 // outcomeKind is what became known about an operation.
@@ -35,6 +36,10 @@ const (
 	giveUp          outcomeKind = "give_up"          // unknown past the decision deadline: reverse
 	reversalOK      outcomeKind = "reversal_ok"      // the processor accepted the reversal
 	reversalRefused outcomeKind = "reversal_refused" // it did not (code says how)
+	// An operator's settlement of a charge in review, from the processor's
+	// records: it kept the money, or it did not.
+	resolvedSucceeded outcomeKind = "resolved_succeeded"
+	resolvedFailed    outcomeKind = "resolved_failed"
 )
 
 // outcome is what became known, and when to check again if nothing final.
@@ -68,13 +73,18 @@ func (c *Cards) decide(op carddb.Operation, o outcome) (carddb.Transition, bool)
 		ReversalRound: op.ReversalRound, LastCode: op.LastCode}
 	ch := &t.Charge
 	switch {
-	case op.State == carddb.Processing && o.kind == approved:
+	case op.State == carddb.Processing && o.kind == approved,
+		op.State == carddb.RequiresReview && o.kind == resolvedSucceeded:
+		// The charge's own capture flag says what the approval was.
 		t.To, ch.Status, ch.AmountCaptured = carddb.Succeeded, payment.ChargeSucceeded, ch.Amount
+		ch.FailureCode, ch.DeclineCode = "", ""
 		if !op.Capture {
 			ch.Status, ch.AmountCaptured = payment.ChargeAuthorized, 0
 		}
-	case op.State == carddb.Processing && (o.kind == declined || o.kind == cancelled || o.kind == noRecord):
+	case op.State == carddb.Processing && (o.kind == declined || o.kind == cancelled || o.kind == noRecord),
+		op.State == carddb.RequiresReview && o.kind == resolvedFailed:
 		t.To, ch.Status, ch.FailureCode, ch.DeclineCode = carddb.Failed, payment.ChargeFailed, failureCode(o.kind), o.code
+		ch.AmountCaptured = 0
 	case op.State == carddb.Processing && o.kind == unknown:
 		t.Attempts, t.LastCode, t.CheckAfter = op.Attempts+1, o.code, c.backoff(op.Attempts+1, o.after)
 	case op.State == carddb.Processing && o.kind == giveUp,
@@ -104,6 +114,8 @@ func failureCode(o outcomeKind) string {
 		return payment.FailureCardDeclined
 	case cancelled:
 		return payment.FailureProcessorCancelled
+	case resolvedFailed:
+		return payment.FailureOperatorResolved
 	}
 	return payment.FailureProcessorNoRecord
 }
