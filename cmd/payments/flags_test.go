@@ -31,6 +31,10 @@ func TestHelpSucceeds(t *testing.T) {
 		{[]string{"api-keys", "--help"}, "usage:"},
 		{[]string{"api-keys", "list", "-h"}, "usage: payments api-keys list --merchant ID [flags]"},
 		{[]string{"api-keys", "revoke", "-h"}, "usage: payments api-keys revoke KEY_ID [flags]"},
+		{[]string{"charges", "-h"}, "usage:"},
+		{[]string{"charges", "resolve", "-h"}, "usage: payments charges resolve CHARGE_ID --as succeeded|failed --reason TEXT --operator NAME [flags]"},
+		{[]string{"charges", "resolve", "ch_0123456789abcdef0123456789abcdef", "--help"},
+			"usage: payments charges resolve CHARGE_ID --as succeeded|failed --reason TEXT --operator NAME [flags]"},
 		{[]string{"healthcheck", "-h"}, "usage: payments healthcheck [flags]"},
 		{[]string{"version", "-h"}, "usage: payments version [--json]"},
 	} {

@@ -8,6 +8,7 @@
 //	payments merchants create --name N    register a merchant, print its API key
 //	payments merchants list               list the merchants and their active API keys
 //	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
+//	payments charges resolve CHARGE_ID    settle a card charge in review (audited)
 //	payments healthcheck [--url URL]      exit 0 when the running service is ready
 //	payments version [--json]             print the version, commit, build time and Go version
 //
@@ -45,6 +46,8 @@ const usage = `usage:
   payments api-keys create --merchant ID   give the merchant another API key (printed once)
   payments api-keys list --merchant ID     list the merchant's keys: ids, creation, last use, revocation
   payments api-keys revoke KEY_ID          revoke a key: every replica refuses it within 2 s
+  payments charges resolve CHARGE_ID --as succeeded|failed --reason TEXT --operator NAME
+                                           settle a card charge in requires_review (audited); prints it
   payments healthcheck [--url URL]         exit 0 when the service at HTTP_ADDR answers /readyz with 200
   payments version [--json]                print the version, commit, build time and Go version
 
@@ -71,6 +74,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cmd = merchants
 	case "api-keys":
 		cmd = apiKeys
+	case "charges":
+		cmd = charges
 	case "healthcheck":
 		cmd = healthcheck
 	case "version":

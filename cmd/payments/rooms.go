@@ -64,6 +64,7 @@ var commands = []command{
 	{name: "api-keys create", operands: "--merchant ID", rooms: []roomName{roomDatabase}},
 	{name: "api-keys list", operands: "--merchant ID", rooms: []roomName{roomDatabase}},
 	{name: "api-keys revoke", operands: "KEY_ID", rooms: []roomName{roomDatabase}},
+	{name: "charges resolve", operands: "CHARGE_ID --as succeeded|failed --reason TEXT --operator NAME", rooms: []roomName{roomDatabase}},
 	{name: "healthcheck", env: []string{"HTTP_ADDR"}},
 	{name: "version"},
 }

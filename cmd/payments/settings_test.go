@@ -46,6 +46,7 @@ func TestEachCommandListsItsSettings(t *testing.T) {
 		{[]string{"api-keys", "create"}, databaseVars, []string{"Database"}},
 		{[]string{"api-keys", "list"}, databaseVars, []string{"Database"}},
 		{[]string{"api-keys", "revoke"}, databaseVars, []string{"Database"}},
+		{[]string{"charges", "resolve"}, databaseVars, []string{"Database"}},
 		{[]string{"healthcheck"}, nil, nil},
 		{[]string{"version"}, nil, nil},
 	} {
@@ -132,6 +133,8 @@ func TestFlagOfAnotherCommand(t *testing.T) {
 		{[]string{"relay", "--migrate-wait", "1s"}, "flag --migrate-wait (MIGRATE_WAIT) is a setting of payments migrate up, not of payments relay"},
 		{[]string{"merchants", "create", "--name", "Acme", "--log-level", "debug"}, "flag --log-level (LOG_LEVEL) is a setting of payments serve, relay and consume, not of payments merchants create"},
 		{[]string{"api-keys", "revoke", "key_1", "--db-max-conns", "2"}, "not of payments api-keys revoke"},
+		{[]string{"charges", "resolve", "ch_0123456789abcdef0123456789abcdef", "--processor-url", "http://x"},
+			"flag --processor-url (PROCESSOR_URL) is a setting of payments serve, not of payments charges resolve"},
 		{[]string{"healthcheck", "--http-addr", ":9090"}, "flag --http-addr (HTTP_ADDR) is a setting of payments serve, not of payments healthcheck"},
 		{[]string{"version", "--database-url", "postgres://x"}, "not of payments version"},
 	} {
@@ -178,7 +181,7 @@ func TestUnreadVariablesAreIgnored(t *testing.T) {
 		t.Errorf("consume read %+v; want its own settings only", cfg)
 	}
 	delete(env, "EVENT_RETENTION") // the relay's own, and too short
-	for _, name := range []string{"relay", "migrate up", "migrate version", "merchants list", "api-keys revoke"} {
+	for _, name := range []string{"relay", "migrate up", "migrate version", "merchants list", "api-keys revoke", "charges resolve"} {
 		if name == "migrate up" {
 			env["MIGRATE_WAIT"] = "5s"
 		}
