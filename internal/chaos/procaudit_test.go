@@ -26,7 +26,7 @@ type cardRow struct {
 	id                         string // ch_…, our reference at the processor
 	status                     string
 	amount, captured, refunded int64
-	reversalRound              int
+	reversalRound, attempts    int
 	opState, lastCode          string
 	keys                       int
 	events                     []cardEvent // in commit order
@@ -93,7 +93,7 @@ func cardRows(t *testing.T, ctx context.Context, db *pgxpool.Pool, mid uuid.UUID
 	t.Helper()
 	rows, err := db.Query(ctx, `
 SELECT c.id, c.status, c.amount, c.amount_captured, c.amount_refunded,
-       coalesce(o.reversal_round, 0), coalesce(o.state, ''), coalesce(o.last_code, ''),
+       coalesce(o.reversal_round, 0), coalesce(o.attempts, 0), coalesce(o.state, ''), coalesce(o.last_code, ''),
        (SELECT count(*) FROM idempotency_keys k WHERE k.merchant_id = c.merchant_id AND k.operation_id = c.id)
 FROM charges c LEFT JOIN processor_operations o ON o.merchant_id = c.merchant_id AND o.id = c.id
 WHERE c.merchant_id = $1 AND c.payment_method IS NOT NULL`, mid)
@@ -105,7 +105,7 @@ WHERE c.merchant_id = $1 AND c.payment_method IS NOT NULL`, mid)
 			r  cardRow
 			id uuid.UUID
 		)
-		must(t, rows.Scan(&id, &r.status, &r.amount, &r.captured, &r.refunded, &r.reversalRound, &r.opState, &r.lastCode, &r.keys),
+		must(t, rows.Scan(&id, &r.status, &r.amount, &r.captured, &r.refunded, &r.reversalRound, &r.attempts, &r.opState, &r.lastCode, &r.keys),
 			"scan card charge")
 		r.id = payment.FormatID(payment.PrefixCharge, id)
 		out[r.id], byAggregate[id] = &r, &r
@@ -182,4 +182,17 @@ func (a *cardAudit) walk(r *cardRow) []string {
 		problems = append(problems, fmt.Sprintf("%d charge.reversing events for %d reversal rounds", reversings, r.reversalRound))
 	}
 	return problems
+}
+
+// String is the evidence of a charge, for a failure's message.
+func (r *cardRow) String() string {
+	if r == nil {
+		return "no such card charge in the service"
+	}
+	types := make([]string, len(r.events))
+	for i, e := range r.events {
+		types[i] = e.typ
+	}
+	return fmt.Sprintf("%s in the service (operation %s, %d checks, %d reversal rounds, last code %q; events %v)",
+		r.status, r.opState, r.attempts, r.reversalRound, r.lastCode, types)
 }

@@ -142,6 +142,7 @@ func runProcessorFaults(t *testing.T, sc procScenario) {
 	r.strike(t, faults, &done)
 	wg.Wait()
 	trafficEnd, requestsInRun := time.Now(), c.stats.requests.Load()
+	t.Logf("the traffic took %v", trafficEnd.Sub(s.began).Round(100*time.Millisecond))
 	r.judge(t, trafficEnd, requestsInRun, len(plans))
 }
 
@@ -342,7 +343,7 @@ func (r *procRun) logRun(t *testing.T, audit cardAudit, planned int, requestsInR
 		"%d requests before the replay pass: %d network errors, %d 503, %d 409 in-use, %d replays; "+
 		"captures, voids and refunds asked after a 201: %d done, %d refused 409 (%s), %d answered otherwise; "+
 		"%d calls to the processor: %d answers dropped, %d 500s, %d slow, %d given up by the service (a kill or its timeout), "+
-		"%d refused while the simulator was down; %d kills (%d with %d calls in flight), %d simulator restarts; "+
+		"%d connections the simulator was gone for; %d kills (%d with %d calls in flight), %d simulator restarts; "+
 		"every charge final %v after the traffic ended",
 		planned, byAnswer, cc.accepted.Load(), cc.parked.Load(),
 		requestsInRun, st.netErrors.Load(), st.unavailable.Load(), st.inUse.Load(), st.replayed.Load(),

@@ -20,10 +20,11 @@ import (
 // card charges found (compareCards). The first group describes the run;
 // every other count must be zero.
 type cardAudit struct {
-	charges  int
-	byStatus map[string]int
-	sim      simRef // the simulator's counts over every reference
-	redriven int    // references with more than one payment at the simulator
+	charges   int
+	byStatus  map[string]int
+	sim       simRef // the simulator's counts over every reference
+	redriven  int    // references with more than one payment at the simulator
+	recovered int    // charges recovery checked at least once (a lookup, a re-drive, a reversal)
 
 	doubleApprovals int   // approvals beyond one per reference, that is per client charge
 	lostApprovals   int   // live approvals the service does not hold as succeeded or authorized with their amount
@@ -55,11 +56,12 @@ func (a cardAudit) String() string {
 	s := a.sim
 	return fmt.Sprintf("%d card charges by status %v; at the simulator %d approvals, %d declines, %d expiries, %d reversals, "+
 		"%d reversals refused, %d captures, %d voids, %d refunds, %d references with more than one payment; "+
+		"%d charges checked by recovery; "+
 		"double approvals %d, lost approvals %d (%d), successes without a live approval %d (%d), money differing %d, "+
 		"references not ours %d, charges without exactly one key %d, still open %d, transitions without their event %d, "+
 		"transitions with two %d, stray events %d, reversal rounds differing %d",
 		a.charges, a.byStatus, s.Approvals, s.Declines, s.Expiries, s.Reversals, s.ReversalRefusals, s.Captures, s.Voids,
-		s.Refunds, a.redriven, a.doubleApprovals, a.lostApprovals, a.lostMoney, a.phantoms, a.phantomMoney, a.moneyDiffers,
+		s.Refunds, a.redriven, a.recovered, a.doubleApprovals, a.lostApprovals, a.lostMoney, a.phantoms, a.phantomMoney, a.moneyDiffers,
 		a.strangers, a.keyless, a.stuck, a.missingEvents, a.doubledEvents, a.strayEvents, a.roundsDiffer)
 }
 
@@ -116,6 +118,9 @@ func compareCards(t *testing.T, rows map[string]*cardRow, refs map[string]*simRe
 	}
 	for id, r := range rows {
 		a.byStatus[r.status]++
+		if r.attempts+r.reversalRound > 0 {
+			a.recovered++
+		}
 		s := refs[id]
 		if s == nil {
 			s = &simRef{}
@@ -220,15 +225,18 @@ func viewCards(t *testing.T, charges []*cardCharge, keys map[string]storedCardKe
 			v.keys++
 			reportf(t, seen, "client key", "%s names %s, the client was shown %s", ch.key, k.charge, ch.id)
 		}
+		shown := false
 		for _, a := range ch.definite {
 			if k.status == nil || int(*k.status) != a.status || !bytes.Equal(k.body, a.body) {
 				v.notStored++
 				reportf(t, seen, "answer not stored", "%s: the client got %d %s", ch.key, a.status, a.body)
 			}
-			if s := refs[ch.id]; a.status == http.StatusCreated && (s == nil || s.Approvals == 0 || s.Reversals+s.Expiries > 0) {
-				v.unapproved++
-				reportf(t, seen, "success shown unapproved", "%s (%s) answered 201, %v", ch.id, ch.plan.method, s)
-			}
+			shown = shown || a.status == http.StatusCreated
+		}
+		if s := refs[ch.id]; shown && (s == nil || s.Approvals == 0 || s.Reversals+s.Expiries > 0) {
+			v.unapproved++
+			reportf(t, seen, "success shown unapproved", "%s (%s, %v) answered 201, %v", ch.id, ch.plan.method,
+				rows[ch.id], s)
 		}
 		for _, a := range ch.accepted {
 			if err := badAccepted(a); err != nil {
