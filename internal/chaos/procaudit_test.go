@@ -29,6 +29,7 @@ type cardRow struct {
 	reversalRound, attempts    int
 	opState, lastCode          string
 	keys                       int
+	webhooks                   int         // the processor's webhooks applied to it
 	events                     []cardEvent // in commit order
 }
 
@@ -46,6 +47,7 @@ type simRef struct {
 	live                    int // payments still authorized or captured: not declined, voided, reversed or expired
 	approved, cap, refunded int64
 	statuses                []string
+	answered                []bool // whether an answer naming each payment was delivered
 }
 
 // simAudit reads the simulator's audit, by reference.
@@ -64,7 +66,7 @@ func simAudit(t *testing.T, ctx context.Context, simURL string) map[string]*simR
 	for _, r := range a.References {
 		s := &simRef{AuditCounts: r.AuditCounts, payments: len(r.Payments)}
 		for _, p := range r.Payments {
-			s.statuses = append(s.statuses, p.Status)
+			s.statuses, s.answered = append(s.statuses, p.Status), append(s.answered, p.Answered)
 			if p.Status == "authorized" || p.Status == "captured" {
 				s.live++
 				s.approved += p.ApprovedAmount
@@ -82,8 +84,8 @@ func (s *simRef) String() string {
 	if s == nil {
 		return "nothing at the simulator"
 	}
-	return fmt.Sprintf("at the simulator %d payments %v: %d approvals (%d live, approved %d, captured %d, refunded %d), "+
-		"%d declines, %d voids, %d reversals, %d refused, %d expiries", s.payments, s.statuses, s.Approvals, s.live,
+	return fmt.Sprintf("at the simulator %d payments %v (answered %v): %d approvals (%d live, approved %d, captured %d, refunded %d), "+
+		"%d declines, %d voids, %d reversals, %d refused, %d expiries", s.payments, s.statuses, s.answered, s.Approvals, s.live,
 		s.approved, s.cap, s.refunded, s.Declines, s.Voids, s.Reversals, s.ReversalRefusals, s.Expiries)
 }
 
@@ -94,7 +96,8 @@ func cardRows(t *testing.T, ctx context.Context, db *pgxpool.Pool, mid uuid.UUID
 	rows, err := db.Query(ctx, `
 SELECT c.id, c.status, c.amount, c.amount_captured, c.amount_refunded,
        coalesce(o.reversal_round, 0), coalesce(o.attempts, 0), coalesce(o.state, ''), coalesce(o.last_code, ''),
-       (SELECT count(*) FROM idempotency_keys k WHERE k.merchant_id = c.merchant_id AND k.operation_id = c.id)
+       (SELECT count(*) FROM idempotency_keys k WHERE k.merchant_id = c.merchant_id AND k.operation_id = c.id),
+       (SELECT count(*) FROM processor_events e WHERE e.merchant_id = c.merchant_id AND e.operation_id = c.id)
 FROM charges c LEFT JOIN processor_operations o ON o.merchant_id = c.merchant_id AND o.id = c.id
 WHERE c.merchant_id = $1 AND c.payment_method IS NOT NULL`, mid)
 	must(t, err, "select card charges")
@@ -105,7 +108,7 @@ WHERE c.merchant_id = $1 AND c.payment_method IS NOT NULL`, mid)
 			r  cardRow
 			id uuid.UUID
 		)
-		must(t, rows.Scan(&id, &r.status, &r.amount, &r.captured, &r.refunded, &r.reversalRound, &r.attempts, &r.opState, &r.lastCode, &r.keys),
+		must(t, rows.Scan(&id, &r.status, &r.amount, &r.captured, &r.refunded, &r.reversalRound, &r.attempts, &r.opState, &r.lastCode, &r.keys, &r.webhooks),
 			"scan card charge")
 		r.id = payment.FormatID(payment.PrefixCharge, id)
 		out[r.id], byAggregate[id] = &r, &r
@@ -193,6 +196,6 @@ func (r *cardRow) String() string {
 	for i, e := range r.events {
 		types[i] = e.typ
 	}
-	return fmt.Sprintf("%s in the service (operation %s, %d checks, %d reversal rounds, last code %q; events %v)",
-		r.status, r.opState, r.attempts, r.reversalRound, r.lastCode, types)
+	return fmt.Sprintf("%s in the service (operation %s, %d checks, %d reversal rounds, last code %q, %d webhooks applied; events %v)",
+		r.status, r.opState, r.attempts, r.reversalRound, r.lastCode, r.webhooks, types)
 }
