@@ -207,11 +207,11 @@ func (cc *cardClients) follow(ctx context.Context, ch *cardCharge) {
 			o.answer = a
 		}
 	}
-	switch s := o.answer.status; {
-	case s == http.StatusConflict:
+	switch o.answer.status {
+	case http.StatusConflict:
 		cc.unsupported.Add(1)
 		cc.firstRefusal.CompareAndSwap(nil, ch.plan.follow+": "+string(o.answer.body))
-	case s == http.StatusOK || s == http.StatusCreated:
+	case http.StatusOK, http.StatusCreated:
 		cc.followed.Add(1)
 		cc.mu.Lock()
 		cc.follows = append(cc.follows, o)

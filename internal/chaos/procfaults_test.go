@@ -119,7 +119,7 @@ func runProcessorFaults(t *testing.T, sc procScenario) {
 	)
 	seed := chaosSeed(t)
 	t.Logf("seed %d (CHAOS_SEED=%d repeats this run's draws)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0x5eed)) //nolint:gosec // G404: a repeatable run, not a secret
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	newDatabase := testDatabase
 	if sc.cluster != nil {
 		newDatabase = sc.cluster.newDatabase
