@@ -271,10 +271,22 @@ func (r *procRun) failOver(t *testing.T) {
 		func(t *testing.T, _ context.Context, _ *cluster, at settled) error {
 			return killLogged(t, at.leader, "the primary")
 		})
+	if err != nil {
+		watch.end()
+		t.Fatalf("failover: %v", err)
+	}
+	// The first card charge sent once the primary is gone: the time to its
+	// answer is the time the service could not charge a card.
+	probe := r.cc.charge(r.s.ctx, cardPlan{method: "pm_card_approve", amount: 100, capture: true})
+	took := time.Since(began)
 	ready := watch.end()
-	must(t, err, "failover")
-	r.failover = fmt.Sprintf("; SIGKILL of the primary %s's postmaster (Patroni promotes the sync standby)", at.leader.Name)
-	t.Logf("failover %v: /readyz said %v until the next look", time.Since(began).Round(time.Millisecond), ready)
+	if probe.last().status != http.StatusCreated {
+		t.Errorf("the first card charge after the failover: %d %s (parked %v)", probe.last().status, probe.last().body, probe.parked)
+	}
+	r.failover = fmt.Sprintf("; SIGKILL of the primary %s's postmaster (Patroni promotes the sync standby), first card charge after %v",
+		at.leader.Name, took.Round(100*time.Millisecond))
+	t.Logf("/readyz between the fault and the first card charge after it: %v; that charge decided %v after the fault",
+		ready, took.Round(time.Millisecond))
 }
 
 // judge waits for recovery, asks every charge left undecided again, and
