@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -198,4 +199,25 @@ func (r *cardRow) String() string {
 	}
 	return fmt.Sprintf("%s in the service (operation %s, %d checks, %d reversal rounds, last code %q, %d webhooks applied; events %v)",
 		r.status, r.opState, r.attempts, r.reversalRound, r.lastCode, r.webhooks, types)
+}
+
+// waitAnswered waits until the simulator holds no approval whose answer it
+// never delivered (it cancels each at its decision deadline), or until
+// deadline, when every such approval has been cancelled or answered.
+func waitAnswered(t *testing.T, ctx context.Context, simURL string, deadline time.Time) {
+	t.Helper()
+	for {
+		unanswered := 0
+		for _, s := range simAudit(t, ctx, simURL) {
+			for i, status := range s.statuses {
+				if (status == "authorized" || status == "captured") && !s.answered[i] {
+					unanswered++
+				}
+			}
+		}
+		if unanswered == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

@@ -130,6 +130,9 @@ func (cc *cardClients) charge(ctx context.Context, p cardPlan) *cardCharge {
 	cc.charges = append(cc.charges, ch)
 	cc.mu.Unlock()
 	cc.ask(ctx, ch, cc.polls)
+	if ch.parked {
+		cc.parked.Add(1)
+	}
 	return ch
 }
 
@@ -147,7 +150,6 @@ func (cc *cardClients) ask(ctx context.Context, ch *cardCharge, polls int) {
 			ch.accepted = append(ch.accepted, a)
 			if polls == 0 {
 				ch.parked = true
-				cc.parked.Add(1)
 				return
 			}
 			polls--

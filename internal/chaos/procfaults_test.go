@@ -307,7 +307,7 @@ func (r *procRun) judge(t *testing.T, trafficEnd time.Time, requestsInRun int64,
 	// The simulator cancels an approval it never answered at its own
 	// decision deadline, counted from the payment's creation, which a
 	// re-drive may have made up to a deadline after its charge's.
-	time.Sleep(time.Until(trafficEnd.Add(2*procDecisionDeadline + time.Second)))
+	waitAnswered(t, ctx, r.sim.URL(), trafficEnd.Add(2*procDecisionDeadline+time.Second))
 	stillOpen := r.cc.finish(ctx)
 	for _, s := range stillOpen {
 		t.Errorf("charge still undecided after recovery: %s", s)
