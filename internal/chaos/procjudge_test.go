@@ -214,7 +214,7 @@ func viewCards(t *testing.T, charges []*cardCharge, keys map[string]storedCardKe
 ) cardView {
 	t.Helper()
 	var v cardView
-	seen := map[string]int{}
+	seen, unapproved := map[string]int{}, map[string]int{}
 	for _, ch := range charges {
 		k, ok := keys[ch.key]
 		switch {
@@ -235,6 +235,7 @@ func viewCards(t *testing.T, charges []*cardCharge, keys map[string]storedCardKe
 		}
 		if s := refs[ch.id]; shown && (s == nil || s.Approvals == 0 || s.Reversals+s.Expiries > 0) {
 			v.unapproved++
+			unapproved[ch.plan.method]++
 			reportf(t, seen, "success shown unapproved", "%s (%s, %v) answered 201, %v", ch.id, ch.plan.method,
 				rows[ch.id], s)
 		}
@@ -248,6 +249,9 @@ func viewCards(t *testing.T, charges []*cardCharge, keys map[string]storedCardKe
 			v.other++
 			reportf(t, seen, "unexpected answer", "%s (%s): %d %s", ch.key, ch.plan.method, a.status, a.body)
 		}
+	}
+	if v.unapproved > 0 {
+		t.Errorf("%d charges answered 201 that the processor did not approve or took back, by payment method: %v", v.unapproved, unapproved)
 	}
 	if n := len(rows) - len(charges); n > 0 {
 		v.duplicates = n
