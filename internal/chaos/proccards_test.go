@@ -83,11 +83,12 @@ type cardCharge struct {
 	plan     cardPlan
 	key      string
 	body     []byte
-	id       string   // the charge's id, from the first answer naming it
-	definite []answer // 201s and 402s (the first, and every replay asked)
-	accepted []answer // 202s
-	other    []answer // anything else: a violation
-	parked   bool     // left undecided (202) for the pass after recovery
+	id       string    // the charge's id, from the first answer naming it
+	definite []answer  // 201s and 402s (the first, and every replay asked)
+	accepted []answer  // 202s
+	other    []answer  // anything else: a violation
+	parked   bool      // left undecided (202) for the pass after recovery
+	answered time.Time // when the first 201, 402 or 202 came: the charge was written
 }
 
 // last is the latest definite answer, or the zero answer.
@@ -142,6 +143,10 @@ func (cc *cardClients) ask(ctx context.Context, ch *cardCharge, polls int) {
 	for attempt := 1; attempt <= maxAttempts && ctx.Err() == nil; attempt++ {
 		a, err := cc.c.send(ctx, attempt, http.MethodPost, "/v1/charges", ch.key, ch.body)
 		pause := 5*time.Millisecond + rand.N(20*time.Millisecond)
+		if err == nil && ch.answered.IsZero() && (a.status == http.StatusCreated || a.status == http.StatusPaymentRequired ||
+			a.status == http.StatusAccepted) {
+			ch.answered = time.Now()
+		}
 		switch {
 		case err != nil || cc.c.retryable(a):
 		case a.status == http.StatusAccepted:
