@@ -287,7 +287,7 @@ func (r *procRun) failOver(t *testing.T) {
 	took := probe.answered.Sub(began)
 	r.failover = fmt.Sprintf("; SIGKILL of the primary %s's postmaster (Patroni promotes the sync standby), first card charge after %v",
 		at.leader.Name, took.Round(100*time.Millisecond))
-	t.Logf("/readyz between the fault and the first card charge after it: %v; that charge decided %v after the fault",
+	t.Logf("/readyz between the fault and the first card charge after it: %v; that charge answered %v after the fault",
 		ready, took.Round(time.Millisecond))
 }
 
