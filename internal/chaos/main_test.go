@@ -9,13 +9,14 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit/procsimtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
-// runTests builds the payments binary, then provisions the database and runs
-// the tests, and removes the binary afterwards.
+// runTests builds the payments binary, then the card processor simulator
+// (procsimtest, which provisions the database), runs the tests, and removes
+// the binary afterwards.
 func runTests(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "payments-chaos-")
 	if err != nil {
@@ -27,7 +28,7 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return pgtest.Run(m)
+	return procsimtest.Run(m)
 }
 
 // longMode reports whether CHAOS_LONG asks for the long versions of the

@@ -32,10 +32,12 @@ var bin string
 // picks the PostgreSQL server), and exits with their code. Call it from
 // TestMain.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-func run(m *testing.M) int {
+// Run is Main without the exit: it returns the tests' code, so a TestMain
+// that prepares more (another binary) can clean up after them.
+func Run(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "procsim-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
