@@ -18,9 +18,12 @@ import (
 	"github.com/exactlyonce/payments/client"
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit/procsimtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain builds the card processor simulator (procsimtest) for the card
+// charges' tests, and runs the tests with pgtest.
+func TestMain(m *testing.M) { procsimtest.Main(m) }
 
 // fixture is the real service, in process, on the package's PostgreSQL
 // database, with a fresh merchant so that tests sharing the database never
