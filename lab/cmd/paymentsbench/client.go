@@ -67,18 +67,25 @@ func (a answer) final() bool {
 	return false
 }
 
-// chargeRequest is one charge as sent. A key always goes with the same body, so
-// a retry is the exact same request.
+// chargeRequest is one charge as sent: of an account, or of a payment method
+// at the card processor when paymentMethod is set. A key always goes with the
+// same body, so a retry is the exact same request.
 type chargeRequest struct {
-	key     string
-	account string
-	amount  int64
+	key           string
+	account       string
+	paymentMethod string
+	amount        int64
 }
 
 func (r chargeRequest) body() []byte {
 	b := make([]byte, 0, 80)
-	b = append(b, `{"account_id":"`...)
-	b = append(b, r.account...)
+	if r.paymentMethod != "" {
+		b = append(b, `{"payment_method":"`...)
+		b = append(b, r.paymentMethod...)
+	} else {
+		b = append(b, `{"account_id":"`...)
+		b = append(b, r.account...)
+	}
 	b = append(b, `","amount":`...)
 	b = strconv.AppendInt(b, r.amount, 10)
 	return append(b, `,"currency":"USD"}`...)

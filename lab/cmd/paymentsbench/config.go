@@ -19,6 +19,11 @@ const maxAmount = 99_999_999
 // scenarioNames are the scenarios in the order they run by default.
 var scenarioNames = []string{"fresh", "replay", "storm", "mixed"}
 
+// cardScenario charges a payment method at the service's card processor
+// instead of an account. It runs only when named: a service without a
+// processor (PROCESSOR_URL) refuses it.
+const cardScenario = "card"
+
 // config is the command line of paymentsbench.
 type config struct {
 	baseURL string
@@ -53,6 +58,11 @@ type config struct {
 	// eventsURL, when set, is the NATS the relay publishes to: the delay of
 	// each charge's event to a subscriber there is reported.
 	eventsURL string
+	// paymentMethod is what the card scenario charges (pm_card_approve).
+	paymentMethod string
+	// processorPID, when set with -cpu, is the card processor's process (the
+	// simulator): its CPU time is reported apart from the service's.
+	processorPID int
 }
 
 // parseConfig reads the flags in args; the API key defaults to
@@ -84,6 +94,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.IntVar(&c.servicePID, "service-pid", 0, "process id of the service (same machine): report its CPU time over the measured run, from /proc/PID/stat")
 	fs.BoolVar(&c.cpu, "cpu", false, "report the CPU time over each measured run of the machine, the service (-service-pid), PostgreSQL, nats-server and paymentsbench, from /proc")
 	fs.StringVar(&c.heldKey, "held-key", "", "an Idempotency-Key held in flight elsewhere: one extra client keeps retrying a charge with it on the first account during the run; its answers are counted apart")
+	fs.StringVar(&c.paymentMethod, "payment-method", "pm_card_approve", "card: the payment method each charge names instead of an account (the simulator's test cards: docs/processors.md)")
+	fs.IntVar(&c.processorPID, "processor-pid", 0, "process id of the card processor (same machine, the simulator): with -cpu, report its CPU time apart")
 	fs.StringVar(&c.eventsURL, "events-url", "", "NATS URL the service's relay publishes to: report how long each charge's event takes from its transaction's start to a subscriber there")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -139,10 +151,17 @@ func (c config) validate() error {
 		return fmt.Errorf("-service-pid: want a process id, got %d", c.servicePID)
 	case len(c.heldKey) > 255 || strings.ContainsFunc(c.heldKey, func(r rune) bool { return r <= ' ' || r > '~' }):
 		return errors.New("-held-key: want 1-255 visible ASCII characters")
+	case c.paymentMethod == "" || strings.ContainsFunc(c.paymentMethod, func(r rune) bool { return r <= ' ' || r > '~' || r == '"' || r == '\\' }):
+		return fmt.Errorf("-payment-method: want a payment method like pm_card_approve, got %q", c.paymentMethod)
+	case c.processorPID < 0:
+		return fmt.Errorf("-processor-pid: want a process id, got %d", c.processorPID)
 	}
 	for _, s := range c.scenarios {
-		if !slices.Contains(scenarioNames, s) {
-			return fmt.Errorf("-scenarios: unknown scenario %q (want %s)", s, strings.Join(scenarioNames, ", "))
+		if !slices.Contains(scenarioNames, s) && s != cardScenario {
+			return fmt.Errorf("-scenarios: unknown scenario %q (want %s or %s)", s, strings.Join(scenarioNames, ", "), cardScenario)
+		}
+		if s == cardScenario && c.heldKey != "" {
+			return errors.New("-held-key: it retries an account charge; the card scenario has no account")
 		}
 	}
 	return nil

@@ -89,12 +89,16 @@ func machineBusyTicks() (int64, error) {
 }
 
 // cpuBetween is the CPU time spent between two samples: by the machine, by
-// the service (pid), by this process, and by the processes named in
-// cpuNames, summed over those alive at the end (one started meanwhile counts
-// whole; one that ended meanwhile is missed, so PostgreSQL's share is a
-// floor when backends come and go; the service's pool keeps its own).
-func cpuBetween(a, b cpuSample, service int) map[string]int64 {
+// the service (pid service), by the card processor (pid processor, when not
+// 0), by this process, and by the processes named in cpuNames, summed over
+// those alive at the end (one started meanwhile counts whole; one that ended
+// meanwhile is missed, so PostgreSQL's share is a floor when backends come
+// and go; the service's pool keeps its own).
+func cpuBetween(a, b cpuSample, service, processor int) map[string]int64 {
 	out := map[string]int64{"machine": b.machine - a.machine}
+	if processor > 0 {
+		out["processor"] = 0
+	}
 	self := os.Getpid()
 	for pid, p := range b.procs {
 		d := p.ticks - a.procs[pid].ticks
@@ -104,6 +108,8 @@ func cpuBetween(a, b cpuSample, service int) map[string]int64 {
 		switch pid {
 		case service:
 			out["service"] += d
+		case processor:
+			out["processor"] += d
 		case self:
 			out["paymentsbench"] += d
 		default:

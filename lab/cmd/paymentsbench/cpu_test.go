@@ -22,10 +22,16 @@ func TestCPUBetweenCountsByProcess(t *testing.T) {
 		41: {"postgres", 9}, // new
 		50: {"chromium", 70},
 	}}
-	got := cpuBetween(a, b, 20)
+	got := cpuBetween(a, b, 20, 0)
 	want := map[string]int64{"machine": 600, "service": 200, "paymentsbench": 60, "postgres": 30 + 0 + 3 + 9, "nats-server": 15}
 	if !maps.Equal(got, want) {
 		t.Errorf("cpuBetween = %v, want %v", got, want)
+	}
+	a.procs[60], b.procs[60] = procTicks{"procsim", 10}, procTicks{"procsim", 35}
+	got = cpuBetween(a, b, 20, 60)
+	want["processor"] = 25
+	if !maps.Equal(got, want) {
+		t.Errorf("cpuBetween with the processor = %v, want %v", got, want)
 	}
 }
 
@@ -48,7 +54,7 @@ func TestSampleCPUFindsThisProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cpuBetween(s, s2, 0); d["machine"] <= 0 || d["paymentsbench"] < 0 {
+	if d := cpuBetween(s, s2, 0, 0); d["machine"] <= 0 || d["paymentsbench"] < 0 {
 		t.Errorf("after burning CPU: %v, want the machine's ticks to grow", d)
 	}
 }

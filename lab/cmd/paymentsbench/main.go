@@ -16,9 +16,18 @@
 //	        to a new key every -storm-per-key requests or -storm-interval
 //	mixed   fresh charges plus retries of recent keys (-mixed-retry of them)
 //
+// and, only when named, since it needs a service with a card processor:
+//
+//	card    a new key on every request, each a charge of -payment-method at
+//	        the processor (pm_card_approve, pm_card_slow, ...) instead of an
+//	        account; 201, 202 (processing) and 402 (declined) are counted
+//	        apart, and with no account there is no balance to check: every
+//	        key must get one final answer (a 202 is resent until it has one)
+//
 // For make bench's group-commit measurements: -service-pid reports the
 // service's CPU time over each measured run (from /proc/PID/stat, in clock
-// ticks), and -held-key adds one client that keeps retrying a charge whose key
+// ticks), -cpu adds the machine's, PostgreSQL's, nats-server's and (with
+// -processor-pid) the card processor's, and -held-key adds one client that keeps retrying a charge whose key
 // another party holds in flight, its answers counted apart.
 //
 // The API key comes from -api-key or $PAYMENTS_API_KEY. With -json each scenario

@@ -38,7 +38,14 @@ type result struct {
 	Statuses map[string]int64 `json:"statuses"`
 	// InUse counts 409 idempotency-key-in-use: the key was busy, not an error.
 	InUse int64 `json:"in_use"`
-	// Errors counts answers other than 201 and 409 by status.
+	// Processing and Declined count, in the card scenario, 202 (the
+	// processor had not answered within PROCESSOR_WAIT; the charge goes on
+	// without the client) and 402 (the processor declined): outcomes, not
+	// errors.
+	Processing int64 `json:"processing"`
+	Declined   int64 `json:"declined"`
+	// Errors counts answers other than 201 and 409 (and, in the card
+	// scenario, 202 and 402) by status.
 	Errors     map[string]int64 `json:"errors"`
 	ErrorCount int64            `json:"error_count"`
 	// Settled is how many keys had no final answer after the run and were resent.
@@ -89,16 +96,21 @@ func newResult(name string, clients int, st *stats, settled int, v verdict) resu
 		Settled: settled, Accounts: v.accounts, Keys: v.keys, Succeeded: v.succeeded,
 		Verified: v.ok(), Mismatches: v.problems(),
 	}
+	card := name == cardScenario
 	for code, n := range st.statuses {
 		label := strconv.Itoa(code)
 		if code == statusNoAnswer {
 			label = "none"
 		}
 		r.Statuses[label] = n
-		switch code {
-		case http.StatusCreated:
-		case http.StatusConflict:
+		switch {
+		case code == http.StatusCreated:
+		case code == http.StatusConflict:
 			r.InUse = n
+		case card && code == http.StatusAccepted:
+			r.Processing = n
+		case card && code == http.StatusPaymentRequired:
+			r.Declined = n
 		default:
 			r.Errors[label] = n
 			r.ErrorCount += n
@@ -129,11 +141,18 @@ func (r result) writeText(w io.Writer) error {
 		r.P50ms, r.P95ms, r.P99ms, r.MaxMs, r.MeanMs)
 	fmt.Fprintf(&b, "  statuses  %s\n", counts(r.Statuses))
 	fmt.Fprintf(&b, "  in use    %d (409 idempotency-key-in-use)\n", r.InUse)
+	if r.Scenario == cardScenario {
+		fmt.Fprintf(&b, "  card      %d processing (202), %d declined (402)\n", r.Processing, r.Declined)
+	}
 	fmt.Fprintf(&b, "  errors    %d %s\n", r.ErrorCount, counts(r.Errors))
 	fmt.Fprintf(&b, "  settled   %d keys resent after the run for a final answer\n", r.Settled)
 	if r.CPUTicks != nil {
-		fmt.Fprintf(&b, "  cpu       clock ticks over the run: machine %d, service %d, postgres %d, nats-server %d, paymentsbench %d\n",
+		fmt.Fprintf(&b, "  cpu       clock ticks over the run: machine %d, service %d, postgres %d, nats-server %d, paymentsbench %d",
 			r.CPUTicks["machine"], r.CPUTicks["service"], r.CPUTicks["postgres"], r.CPUTicks["nats-server"], r.CPUTicks["paymentsbench"])
+		if n, ok := r.CPUTicks["processor"]; ok {
+			fmt.Fprintf(&b, ", processor %d", n)
+		}
+		b.WriteString("\n")
 	}
 	if r.ServiceCPUTicks != nil {
 		fmt.Fprintf(&b, "  service   %d clock ticks of CPU (user + system) over the run\n", *r.ServiceCPUTicks)

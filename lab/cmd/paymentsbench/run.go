@@ -55,9 +55,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 func runScenario(ctx context.Context, cl *client, cfg config, name string) (result, error) {
 	prefix := "bench-" + cfg.runID + "-" + name + "-"
 	led := newLedger()
-	accounts, err := openAccounts(ctx, cl, cfg, prefix, led)
+	accounts, err := scenarioAccounts(ctx, cl, cfg, name, prefix, led)
 	if err != nil {
-		return result{}, fmt.Errorf("open accounts: %w", err)
+		return result{}, err
 	}
 	load, err := newWorkload(ctx, cl, cfg, name, prefix, accounts, led)
 	if err != nil {
@@ -82,7 +82,10 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 		}
 		events.start(time.Now())
 	}
-	held := startHeldKey(ctx, cl, cfg, accounts[0], led)
+	var held *heldKeyClient
+	if len(accounts) > 0 {
+		held = startHeldKey(ctx, cl, cfg, accounts[0], led)
+	}
 	st := drive(ctx, cl, load, cfg, led)
 	var cpu *int64
 	if cfg.servicePID > 0 {
@@ -99,7 +102,7 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 		if err != nil {
 			return result{}, fmt.Errorf("-cpu: %w", err)
 		}
-		cpuTicks = cpuBetween(machine0, machine1, cfg.servicePID)
+		cpuTicks = cpuBetween(machine0, machine1, cfg.servicePID, cfg.processorPID)
 	}
 	heldStatuses := held.stop()
 	var delays *histogram
@@ -129,4 +132,17 @@ func runScenario(ctx context.Context, cl *client, cfg config, name string) (resu
 		}
 	}
 	return res, nil
+}
+
+// scenarioAccounts opens the scenario's funded accounts; the card scenario
+// has none, its charges naming a payment method instead.
+func scenarioAccounts(ctx context.Context, cl *client, cfg config, name, prefix string, led *ledger) ([]string, error) {
+	if name == cardScenario {
+		return nil, nil
+	}
+	accounts, err := openAccounts(ctx, cl, cfg, prefix, led)
+	if err != nil {
+		return nil, fmt.Errorf("open accounts: %w", err)
+	}
+	return accounts, nil
 }

@@ -25,6 +25,7 @@ type fakeService struct {
 	heldKey string
 
 	mu       sync.Mutex
+	pending  map[string]bool // card charges answered 202, decided on the next request
 	balances map[string]int64
 	stored   map[string]storedAnswer // by Idempotency-Key
 	requests int
@@ -42,6 +43,7 @@ func newFakeService(t *testing.T, f *fakeService) string {
 	t.Helper()
 	f.balances = map[string]int64{}
 	f.stored = map[string]storedAnswer{}
+	f.pending = map[string]bool{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("POST /v1/accounts", f.idempotent(func(*http.Request) storedAnswer {
@@ -57,10 +59,14 @@ func newFakeService(t *testing.T, f *fakeService) string {
 	}))
 	mux.HandleFunc("POST /v1/charges", f.idempotent(func(r *http.Request) storedAnswer {
 		var in struct {
-			AccountID string `json:"account_id"`
-			Amount    int64
+			AccountID     string `json:"account_id"`
+			PaymentMethod string `json:"payment_method"`
+			Amount        int64
 		}
 		_ = json.NewDecoder(r.Body).Decode(&in)
+		if in.PaymentMethod != "" {
+			return f.cardCharge(r.Header.Get("Idempotency-Key"), in.PaymentMethod)
+		}
 		if f.balances[in.AccountID] < in.Amount {
 			return storedAnswer{status: http.StatusPaymentRequired, body: `{}`}
 		}
@@ -87,7 +93,23 @@ func newFakeService(t *testing.T, f *fakeService) string {
 	return srv.URL
 }
 
-// idempotent runs op once per Idempotency-Key and replays its answer.
+// cardCharge is a charge at the card processor, by test payment method:
+// pm_card_decline is declined (402), pm_card_async answers 202 processing
+// and succeeds on the next request with its key, any other succeeds (201).
+func (f *fakeService) cardCharge(key, method string) storedAnswer {
+	switch {
+	case method == "pm_card_decline":
+		return storedAnswer{status: http.StatusPaymentRequired, body: `{}`}
+	case method == "pm_card_async" && !f.pending[key]:
+		f.pending[key] = true
+		return storedAnswer{status: http.StatusAccepted, body: `{"status":"processing"}`}
+	}
+	f.charges++
+	return storedAnswer{status: http.StatusCreated, location: fmt.Sprintf("/v1/charges/ch_%d", f.charges), body: `{}`}
+}
+
+// idempotent runs op once per Idempotency-Key and replays its answer; a 202
+// is not stored: the next request with the key asks again.
 func (f *fakeService) idempotent(op func(*http.Request) storedAnswer) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -106,8 +128,9 @@ func (f *fakeService) idempotent(op func(*http.Request) storedAnswer) http.Handl
 			w.WriteHeader(http.StatusConflict)
 			return
 		default:
-			a = op(r)
-			f.stored[key] = a
+			if a = op(r); a.status != http.StatusAccepted {
+				f.stored[key] = a
+			}
 		}
 		if a.location != "" {
 			w.Header().Set("Location", a.location)
@@ -172,6 +195,45 @@ func TestRunVerifiesEveryScenario(t *testing.T) {
 	}
 }
 
+func TestRunCardCharges(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		method                        string
+		created, processing, declined int64
+		settled                       int
+	}{
+		{"pm_card_approve", 60, 0, 0, 0},
+		{"pm_card_decline", 0, 0, 60, 0},
+		{"pm_card_async", 0, 60, 0, 60},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeService{}
+			results, err := bench(t, newFakeService(t, f), "-n", "60", "-scenarios", "card", "-payment-method", tt.method)
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			r := results["card"]
+			if r.Statuses["201"] != tt.created || r.Processing != tt.processing || r.Declined != tt.declined ||
+				r.ErrorCount != 0 || r.Settled != tt.settled {
+				t.Errorf("statuses %v, %d processing, %d declined, %d errors, %d settled; want %d 201, %d 202, %d 402, no error, %d settled",
+					r.Statuses, r.Processing, r.Declined, r.ErrorCount, r.Settled, tt.created, tt.processing, tt.declined, tt.settled)
+			}
+			if !r.Verified || r.Accounts != 0 || r.Keys != 60 {
+				t.Errorf("verified %t (%q), %d accounts, %d keys; want 60 keys each with one final answer, no account",
+					r.Verified, r.Mismatches, r.Accounts, r.Keys)
+			}
+			if tt.method != "pm_card_decline" && f.charges != 60 {
+				t.Errorf("the service made %d charges, want 60: one per key", f.charges)
+			}
+			if len(f.balances) != 0 {
+				t.Errorf("the card scenario opened %d accounts, want none", len(f.balances))
+			}
+		})
+	}
+}
+
 func TestRunCatchesDoubleCharges(t *testing.T) {
 	t.Parallel()
 	f := &fakeService{doubleCharge: true}
@@ -215,6 +277,9 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"no clients", []string{"-c", "0"}, "sk", "-c"},
 		{"retry share", []string{"-mixed-retry", "1.5"}, "sk", "-mixed-retry"},
 		{"amount", []string{"-amount", "100000000"}, "sk", "-amount"},
+		{"payment method", []string{"-scenarios", "card", "-payment-method", `pm"x`}, "sk", "-payment-method"},
+		{"held key on a card", []string{"-scenarios", "card", "-held-key", "k"}, "sk", "-held-key"},
+		{"processor pid", []string{"-processor-pid", "-1"}, "sk", "-processor-pid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,6 +32,8 @@ func newWorkload(ctx context.Context, cl *client, cfg config, name, prefix strin
 			perKey: cfg.stormPerKey, interval: cfg.stormInterval}, nil
 	case "mixed":
 		return &mixedLoad{fresh: fresh, retry: cfg.mixedRetry}, nil
+	case cardScenario:
+		return cardLoad{prefix: prefix, method: cfg.paymentMethod, amount: cfg.amount}, nil
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }
@@ -50,6 +52,18 @@ func (f freshLoad) next(n int64, _ time.Duration) chargeRequest {
 		account: f.accounts[rand.IntN(len(f.accounts))],
 		amount:  f.amount,
 	}
+}
+
+// cardLoad sends a new key every time, each a charge of one payment method at
+// the card processor.
+type cardLoad struct {
+	prefix string
+	method string
+	amount int64
+}
+
+func (c cardLoad) next(n int64, _ time.Duration) chargeRequest {
+	return chargeRequest{key: c.prefix + strconv.FormatInt(n, 10), paymentMethod: c.method, amount: c.amount}
 }
 
 // replayLoad resends, in turn, requests whose charges completed before the run.
