@@ -1,7 +1,7 @@
 // Package labtest gives the lab's tests what they need of the machine, the
-// real thing each time: a scratch PostgreSQL database (NewDatabase) and the
+// real thing each time: a scratch PostgreSQL database (NewDatabase), the
 // service's binary built from this checkout (Payments), which migrates it
-// as the benchmarks do. The server is PAYMENTS_TEST_DATABASE_URL if set,
+// as the benchmarks do, and the card processor simulator's (Procsim). The server is PAYMENTS_TEST_DATABASE_URL if set,
 // else trust-auth PostgreSQL on 127.0.0.1:5432, as for the service's own
 // tests (internal/pgtest) without their containers. A test that needs a
 // server and finds none fails; it never skips. Only tests import it, and a
@@ -34,7 +34,12 @@ const (
 // binDir holds what Payments builds; Main creates and removes it.
 var binDir string
 
-var build struct {
+// builds are the commands of the service's module built so far, by
+// package (./cmd/payments, ./cmd/procsim).
+var builds sync.Map // string → *build
+
+// build is one command's, built once per test binary.
+type build struct {
 	once sync.Once
 	path string
 	err  error
@@ -104,19 +109,35 @@ func NewDatabase(t testing.TB) string {
 // cmd/payments, once per test binary. It fails the test when the build does.
 func Payments(t testing.TB) string {
 	t.Helper()
-	if binDir == "" {
-		t.Fatal("labtest: Payments needs the package's TestMain to call labtest.Main")
-	}
-	build.once.Do(func() { build.path, build.err = buildPayments() })
-	if build.err != nil {
-		t.Fatalf("labtest: %v", build.err)
-	}
-	return build.path
+	return command(t, "payments")
 }
 
-// buildPayments builds ./cmd/payments of the repository that holds the lab
+// Procsim returns the path of `procsim`, the card processor simulator,
+// built from this checkout's cmd/procsim, once per test binary. It fails
+// the test when the build does.
+func Procsim(t testing.TB) string {
+	t.Helper()
+	return command(t, "procsim")
+}
+
+// command builds the repository's ./cmd/NAME into binDir, once.
+func command(t testing.TB, name string) string {
+	t.Helper()
+	if binDir == "" {
+		t.Fatal("labtest: Payments and Procsim need the package's TestMain to call labtest.Main")
+	}
+	v, _ := builds.LoadOrStore(name, &build{})
+	b := v.(*build)
+	b.once.Do(func() { b.path, b.err = buildCommand(name) })
+	if b.err != nil {
+		t.Fatalf("labtest: %v", b.err)
+	}
+	return b.path
+}
+
+// buildCommand builds ./cmd/NAME of the repository that holds the lab
 // module (its parent directory) into binDir.
-func buildPayments() (string, error) {
+func buildCommand(name string) (string, error) {
 	goBin := os.Getenv("GO")
 	if goBin == "" {
 		goBin = "go"
@@ -126,10 +147,10 @@ func buildPayments() (string, error) {
 		return "", fmt.Errorf("%s env GOMOD: %w", goBin, err)
 	}
 	root := filepath.Dir(filepath.Dir(strings.TrimSpace(string(gomod))))
-	out := filepath.Join(binDir, "payments")
-	cmd := exec.Command(goBin, "-C", root, "build", "-o", out, "./cmd/payments")
+	out := filepath.Join(binDir, name)
+	cmd := exec.Command(goBin, "-C", root, "build", "-o", out, "./cmd/"+name)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build %s/cmd/payments: %w: %s", root, err, msg)
+		return "", fmt.Errorf("build %s/cmd/%s: %w: %s", root, name, err, msg)
 	}
 	return out, nil
 }
