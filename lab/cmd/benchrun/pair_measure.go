@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,17 +148,34 @@ func (p *pair) measure(ctx context.Context, side pairSide, relay string, round i
 var referenceTPS = regexp.MustCompile(`(?m)^reference_tps=(.*)$`)
 
 // reference runs pg-reference once, beside a watch of the machine's busy
-// ticks while its pgbench runs, and returns "tps ms": its tps as it prints
-// them and the machine's CPU per transaction, pgbench's included. It is
+// ticks while its pgbench runs, and returns "tps ms" (see
+// measureReference); the window it watched goes to the file "window".
+func (p *pair) reference() (string, error) {
+	line, w, err := measureReference(p.shared, p.admin, p.clients, p.seconds, p.tck, p.stderr)
+	if err != nil {
+		return "", err
+	}
+	window := fmt.Sprintf("%d %d\n", w.Ticks, w.Ms)
+	if err := os.WriteFile(filepath.Join(p.out, "window"), []byte(window), 0o644); err != nil {
+		return "", err
+	}
+	return line, nil
+}
+
+// measureReference runs pg-reference (under shared) with clients for
+// seconds on admin's server, beside a watch of the machine's busy ticks
+// (tck a second) while its pgbench runs, and returns "tps ms": its tps as
+// it prints them and the machine's CPU per transaction, pgbench's
+// included, with the window it watched. Its messages go to stderr. It is
 // not stopped by an interrupt: pg-reference drops its scratch database
 // only when it ends by itself.
-func (p *pair) reference() (string, error) {
-	cmd := exec.Command(p.shared+"/bench/pg-reference", "-c", strconv.Itoa(p.clients),
-		"-T", strconv.Itoa(p.seconds), "-d", p.admin)
+func measureReference(shared, admin string, clients, seconds, tck int, stderr io.Writer) (string, pgbenchWindow, error) {
+	cmd := exec.Command(shared+"/bench/pg-reference", "-c", strconv.Itoa(clients),
+		"-T", strconv.Itoa(seconds), "-d", admin)
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, p.stderr
+	cmd.Stdout, cmd.Stderr = &out, stderr
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("pg-reference: %w", err)
+		return "", pgbenchWindow{}, fmt.Errorf("pg-reference: %w", err)
 	}
 	done := make(chan struct{})
 	windows := make(chan pgbenchWindow, 1)
@@ -166,18 +184,14 @@ func (p *pair) reference() (string, error) {
 	close(done)
 	w := <-windows
 	if err != nil {
-		return "", fmt.Errorf("pg-reference: %w", err)
+		return "", w, fmt.Errorf("pg-reference: %w", err)
 	}
 	m := referenceTPS.FindStringSubmatch(out.String())
 	if m == nil {
-		return "", fmt.Errorf("pg-reference printed no reference_tps: %s", strings.TrimSpace(out.String()))
+		return "", w, fmt.Errorf("pg-reference printed no reference_tps: %s", strings.TrimSpace(out.String()))
 	}
 	tps, _ := strconv.ParseFloat(m[1], 64)
-	window := fmt.Sprintf("%d %d\n", w.Ticks, w.Ms)
-	if err := os.WriteFile(filepath.Join(p.out, "window"), []byte(window), 0o644); err != nil {
-		return "", err
-	}
-	return m[1] + " " + benchrun.Fixed(cpuPerTransaction(w, tps, p.tck), 3), nil
+	return m[1] + " " + benchrun.Fixed(cpuPerTransaction(w, tps, tck), 3), w, nil
 }
 
 // table prints pg-reference's medians and a row for each side and relay.

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -301,27 +300,7 @@ const (
 // (from a line syncBegin to a line syncEnd), or, without one, with section
 // at the end, after a newline when report is not empty.
 func replaceSyncSection(report, section string) string {
-	lines := strings.Split(strings.TrimSuffix(report, "\n"), "\n")
-	if report == "" || !slices.Contains(lines, syncBegin) {
-		if report == "" {
-			return section
-		}
-		return report + "\n" + section
-	}
-	var b strings.Builder
-	skip := false
-	for _, line := range lines {
-		switch {
-		case line == syncBegin:
-			b.WriteString(section)
-			skip = true
-		case line == syncEnd:
-			skip = false
-		case !skip:
-			b.WriteString(line + "\n")
-		}
-	}
-	return b.String()
+	return replaceMarkedSection(report, syncBegin, syncEnd, "", section)
 }
 
 // writeSyncSection replaces the section in the file at path, or appends
