@@ -74,6 +74,21 @@ bench-pair: ## Paired fresh-charge bench of two builds (PAIR_A, PAIR_B), relay o
 batch-cost: ## What a charge batch costs apart from its charges: CPU per batch and per charge at 1, 4 and 16 clients (COST_CLIENTS)
 	GO=$(GO) ./scripts/batch-cost.sh
 
+# make bench-processor: card charges at the card processor simulator
+# (bin/procsim) against account charges, one service in one run, 256 clients:
+# the simulator answering at once (pm_card_approve) and after 50 ms
+# (pm_card_slow, -slow-delay 50ms), alternating with the fresh account
+# charges, pg-reference each round; charges/s, the service's CPU per charge,
+# its connection pool in use. About 3 minutes; it rewrites only its own
+# section of docs/benchmarks.md (make bench runs it too, BENCH_PROCESSOR=0
+# skips it there). The work is lab/cmd/benchrun's (`benchrun processor`),
+# which scripts/bench-processor.sh builds and runs; the knobs (PROC_ROUNDS,
+# PROC_SECONDS, PROC_CLIENTS, PROC_SLOW_DELAY, ...) are listed in
+# lab/cmd/benchrun/proc.go.
+.PHONY: bench-processor
+bench-processor: ## Card charges at the processor simulator (answering at once, after 50 ms) vs account charges, 256 clients; writes its section of docs/benchmarks.md
+	GO=$(GO) ./scripts/bench-processor.sh
+
 # make bench-sync: the cost of synchronous replication. Starts the
 # HA cluster if needed (and leaves it running), then compares fresh charges on
 # it (sync standby; then synchronous_commit=local) with the single server on

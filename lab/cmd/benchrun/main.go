@@ -10,14 +10,18 @@
 //	                     relay on and off, CPU per charge by part
 //	benchrun batch-cost  make batch-cost: what a charge batch costs apart from
 //	                     its charges
+//	benchrun processor   make bench-processor: card charges at the processor
+//	                     simulator, answering at once and after 50 ms, against
+//	                     account charges; its own section of the report
 //
 // It runs from the repository's root (scripts/bench.sh, bench-sync.sh,
-// bench-pair.sh and batch-cost.sh build it and run it there), starts the
-// service, NATS, the load generator (bin/paymentsbench) and pg-reference as
-// child processes on scratch databases, and stops and drops all of them
+// bench-pair.sh, batch-cost.sh and bench-processor.sh build it and run it
+// there), starts the service, NATS, the load generator (bin/paymentsbench),
+// the card processor simulator (bin/procsim) and pg-reference as child
+// processes on scratch databases, and stops and drops all of them
 // when it ends, interrupted or not. Its settings are environment variables,
 // listed by each subcommand's file (bench.go, sync.go, pair.go,
-// batchcost.go).
+// batchcost.go, proc.go).
 package main
 
 import (
@@ -35,13 +39,14 @@ func main() {
 		"sync":       runSync,
 		"pair":       runPair,
 		"batch-cost": runBatchCost,
+		"processor":  runProcessor,
 	}
 	if len(os.Args) != 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: benchrun bench|sync|pair|batch-cost (make bench, bench-sync, bench-pair, batch-cost)")
+		fmt.Fprintln(os.Stderr, "usage: benchrun bench|sync|pair|batch-cost|processor (make bench, bench-sync, bench-pair, batch-cost, bench-processor)")
 		os.Exit(2)
 	}
 	prefix := map[string]string{"bench": "bench: ", "sync": "bench-sync: ", "pair": "bench-pair: ",
-		"batch-cost": "batch-cost: "}[os.Args[1]]
+		"batch-cost": "batch-cost: ", "processor": "bench-processor: "}[os.Args[1]]
 	logger := log.New(os.Stderr, prefix, 0)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := commands[os.Args[1]](ctx, logger)
