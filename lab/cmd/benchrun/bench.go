@@ -37,6 +37,12 @@ import (
 //	BENCH_CPU_BASELINE   side A of that (default 8685d9f, the relay before its cursor
 //	                     row; HEAD when this clone lacks it)
 //	BENCH_CLAIM_COUNT    interleaved runs of BenchmarkKeyClaimOverhead (default 5)
+//	BENCH_PROCESSOR      1 (default): card charges at the processor simulator,
+//	                     answering at once and after 50 ms, against account
+//	                     charges (make bench-processor; its PROC_* knobs, listed
+//	                     in proc.go, apply; PROC_SECONDS defaults to
+//	                     BENCH_SECONDS); 0 skips it and keeps the section the
+//	                     report had
 //	PAYMENTS_BENCH_DATABASE_URL, else PAYMENTS_TEST_DATABASE_URL: a PostgreSQL where
 //	  this may CREATE DATABASE (default postgres://postgres@localhost:5432/postgres);
 //	  the Go benchmarks create theirs there too
@@ -46,7 +52,7 @@ type benchSettings struct {
 	heapKeys, heapBudget         int
 	janitorKeys, largeKeys       int
 	claimCount                   int
-	large, curve, cpu            bool
+	large, curve, cpu, processor bool
 	curveClients                 []int
 	keyWait                      string
 	baselineRef, cpuBaseline     string
@@ -96,6 +102,7 @@ func readBenchSettings() (benchSettings, error) {
 	flag(&s.large, "BENCH_LARGE")
 	flag(&s.curve, "BENCH_CURVE")
 	flag(&s.cpu, "BENCH_CPU")
+	flag(&s.processor, "BENCH_PROCESSOR")
 	var err error
 	s.curveClients, err = benchrun.Counts("BENCH_CURVE_CLIENTS", defaultCurveClients)
 	errs = append(errs, err)
@@ -122,6 +129,7 @@ func (s benchSettings) repro() string {
 	add(s.pairs != 2, fmt.Sprintf("BENCH_PAIRS=%d", s.pairs))
 	add(s.keyWait != "1s", "BENCH_KEY_WAIT="+s.keyWait)
 	add(!s.curve, "BENCH_CURVE=0")
+	add(!s.processor, "BENCH_PROCESSOR=0")
 	add(joinInts(s.curveClients) != defaultCurveClients, fmt.Sprintf("BENCH_CURVE_CLIENTS='%s'", joinInts(s.curveClients)))
 	return strings.Join(parts, " ")
 }
@@ -147,7 +155,7 @@ func runBench(ctx context.Context, logger *log.Logger) (err error) {
 		return err
 	}
 	steps := []func(context.Context) error{
-		b.scenarios, b.groupCommit, b.cpuByPart, b.heap, b.janitor, b.largeTable, b.goBenchmarks,
+		b.scenarios, b.groupCommit, b.cpuByPart, b.processor, b.heap, b.janitor, b.largeTable, b.goBenchmarks,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {

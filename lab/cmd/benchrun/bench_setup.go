@@ -38,6 +38,7 @@ type bench struct {
 	scen scenarioFigures
 	gc   groupCommitFigures
 	cpu  cpuFigures
+	proc procStep
 	hp   heapFigures
 	jan  janitorFigures
 	lt   largeFigures

@@ -44,8 +44,12 @@ type report struct {
 	Elapsed       int
 	Date, LoadNow string
 	Kept, Sync    string
-	Mismatches    []string
-	HeapBound     int
+	// Processor is the section of processor charges: this run's, or the
+	// report's (BENCH_PROCESSOR=0); Proc its goals when this run measured.
+	Processor  string
+	Proc       procStep
+	Mismatches []string
+	HeapBound  int
 }
 
 // settingsView is benchSettings for the template.
@@ -97,7 +101,7 @@ func (b *bench) newReport(ctx context.Context) report {
 	r := report{bench: b, M: benchrun.Describe(s.goBin), Shared: b.shared, Ref: b.scen.ref, Go: b.gob, CPU: b.cpu,
 		Baseline: b.baseline, Warnings: b.warnings(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"),
 		Targets: b.targetsView(), GC: b.groupCommitView(), CPUSection: strings.TrimPrefix(b.cpu.section, "\n"),
-		Took: map[string]int{"gc": b.gc.took, "heap": b.hp.took, "janitor": b.jan.took, "large": b.lt.took}}
+		Took: map[string]int{"gc": b.gc.took, "heap": b.hp.took, "janitor": b.jan.took, "large": b.lt.took, "processor": b.proc.took}}
 	r.S = settingsView{Seconds: s.seconds, Clients: s.clients, Pairs: s.pairs, HeapKeys: s.heapKeys, HeapBudget: s.heapBudget,
 		JanitorKeys: s.janitorKeys, LargeKeys: s.largeKeys, ClaimCount: s.claimCount, Large: s.large, Curve: s.curve,
 		KeyWait: s.keyWait, BaselineRef: s.baselineRef, CurveClients: joinInts(s.curveClients), LogLevel: s.logLvl,
@@ -113,6 +117,11 @@ func (b *bench) newReport(ctx context.Context) report {
 	// (each names its command): carried over as they are.
 	r.Kept = markedSection(string(old), "kept")
 	r.Sync = markedSection(string(old), "bench-sync")
+	r.Proc = b.proc
+	r.Processor = markedSection(string(old), "bench-processor")
+	if b.proc.Measured {
+		r.Processor = strings.TrimRight(b.proc.Outcome.Section, "\n")
+	}
 	for _, name := range b.lg.Failed {
 		r.Mismatches = append(r.Mismatches, fmt.Sprintf("%s: %.2000s", name, b.lg.Results.Get(name).Raw("mismatches")))
 	}
