@@ -124,6 +124,7 @@ func checkLayout(t *testing.T, report string) {
 func TestReportVariants(t *testing.T) {
 	kept := "<!-- kept:begin -->\n## Measured by hand: does it hold?\n\nYes.\n<!-- kept:end -->\n"
 	sync := "<!-- bench-sync:begin -->\n## Synchronous replication\n\nSlower.\n<!-- bench-sync:end -->\n"
+	proc := procBegin + "\n## Processor charges: old\n\nFast.\n" + procEnd + "\n"
 	for name, c := range map[string]struct {
 		old  string
 		edit func(*bench)
@@ -137,6 +138,19 @@ func TestReportVariants(t *testing.T) {
 			want: []string{"| large-full-2 |", "\n\nOver 1,000 accounts:\n\npg-reference median: 1 tps", "make bench-pair    # PAIR_ACCOUNTS=1: one account\n```\n\n**Latest figures.**\n\nOver 1,000"}},
 		"carried-over sections": {old: "old\n" + kept + "\n" + sync,
 			want: []string{"- [Measured by hand: does it hold?](#measured-by-hand-does-it-hold)\n", "(-1: not within 90 s).\n\n" + kept + "\n" + sync}},
+		"processor charges measured": {old: "old\n" + proc + "\n" + sync,
+			edit: func(b *bench) {
+				b.proc = procStep{Measured: true, Outcome: procOutcome{Clients: 256, SlowDelay: "50ms",
+					Section: procBegin + "\n## Processor charges: new\n" + procEnd + "\n",
+					SlowResult: "**met**", SlowFigure: "0.90 ×", CPUResult: "**not met**", CPUFigure: "2.10 ×"}}
+			},
+			want: []string{"at 256 clients: charges/s answering after 50ms ≥ 0.8 × answering at once | **met** | 0.90 × |\n" +
+				"| service CPU per processor charge ≤ 2 × per account charge | **not met** | 2.10 × |\n",
+				"(-1: not within 90 s).\n\n" + procBegin + "\n## Processor charges: new\n" + procEnd + "\n\n" + sync}},
+		"processor charges skipped": {old: "old\n" + kept + "\n" + proc + "\n" + sync,
+			want: []string{"\n" + kept + "\n" + proc + "\n" + sync}},
+		"processor charges failed": {edit: func(b *bench) { b.proc.Note = "bin/procsim did not build: x" },
+			want: []string{"| not measured | bin/procsim did not build: x |"}},
 		"balances mismatched": {edit: func(b *bench) { b.lg.Failed = []string{"fresh"} },
 			want: []string{"**The balances did not match** in: fresh."}},
 	} {
