@@ -267,7 +267,7 @@ func (r *procRun) section(ctx context.Context) (procOutcome, error) {
 		t, c, _ := strings.Cut(line, " ")
 		tps, cpu = append(tps, t), append(cpu, c)
 	}
-	d.RefTPS, d.RefCPU = textMedian(tps), textMedian(cpu)
+	d.RefTPS, d.RefCPU = oneDecimal(textMedian(tps)), textMedian(cpu)
 	for _, ph := range procPhases {
 		d.Rows = append(d.Rows, f.row(ph.name))
 	}
@@ -283,6 +283,12 @@ func (r *procRun) section(ctx context.Context) (procOutcome, error) {
 	}
 	return procOutcome{Clients: s.clients, SlowDelay: s.slowDelay, Section: b.String(), SlowResult: d.SlowResult, SlowFigure: d.SlowFigure,
 		CPUResult: d.CPUResult, CPUFigure: d.CPUFig}, nil
+}
+
+// oneDecimal is a number's text with one decimal, "" when it is none.
+func oneDecimal(text string) string {
+	v, ok := benchrun.Num(text)
+	return benchrun.FixedOr(v, ok, 1)
 }
 
 // slowGoal is the verdict of slow ÷ at once ≥ 0.8 in charges/s.

@@ -106,7 +106,7 @@ func TestProcSection(t *testing.T) {
 		"PROC_ROUNDS=2 PROC_SECONDS=10 make bench-processor\n",
 		"| charges/s answering after 50ms ≥ 0.8 × answering at once | **met** | 0.89 ×",
 		"| service CPU per card charge ≤ 2 × per account charge | **met** | at once 1.50 ×",
-		"pg-reference median: 2100 tps,\nmachine CPU 0.55 ms per transaction (16 clients, 10 s)",
+		"pg-reference median: 2100.0 tps,\nmachine CPU 0.55 ms per transaction (16 clients, 10 s)",
 		"\n| account | 1000.0 |", "\n| slow | 710.0 |",
 		"| 2 | account | 1000.0 |",
 		"at\nmost 1.2 s in this run", "0.42 0.80 1.10 before the run",
