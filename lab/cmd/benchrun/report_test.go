@@ -141,7 +141,7 @@ func TestReportVariants(t *testing.T) {
 		"processor charges measured": {old: "old\n" + proc + "\n" + sync,
 			edit: func(b *bench) {
 				b.proc = procStep{Measured: true, Outcome: procOutcome{Clients: 256, SlowDelay: "50ms",
-					Section: procBegin + "\n## Processor charges: new\n" + procEnd + "\n",
+					Section:    procBegin + "\n## Processor charges: new\n" + procEnd + "\n",
 					SlowResult: "**met**", SlowFigure: "0.90 ×", CPUResult: "**not met**", CPUFigure: "2.10 ×"}}
 			},
 			want: []string{"at 256 clients: charges/s answering after 50ms ≥ 0.8 × answering at once | **met** | 0.90 × |\n" +
