@@ -35,7 +35,8 @@ func (b *bench) processor(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.admin, s.goBin = b.s.admin, b.s.goBin
+	// The load before make bench: its own steps load the machine since.
+	s.admin, s.goBin, s.loadBefore = b.s.admin, b.s.goBin, b.loadBefore
 	const logPath = "bin/bench-processor.log"
 	f, err := os.Create(logPath)
 	if err != nil {
