@@ -64,6 +64,9 @@ import (
 //	PROC_QUIET_LOAD      the 1-minute load average under which a run is a
 //	                     result (default 1.0)
 //	PROC_SERVICE_ENV     VAR=value words added to the service's environment
+//	PROC_PROFILE         1: CPU profiles of the service and its goroutines
+//	                     during each phase of the first round, into PROC_OUT
+//	                     (proc_profile.go); such a run is a smoke run
 //	PROC_OUT             where every JSON line and log goes (default a new
 //	                     /tmp/bench-processor.*)
 //	BENCH_REPORT         the file whose section is rewritten (default
@@ -153,6 +156,9 @@ type procSettings struct {
 	quietLoad                                      float64
 	serviceEnv                                     []string
 	out, report, admin, goBin                      string
+	// profile (PROC_PROFILE=1): profiles of the service during the first
+	// round (proc_profile.go).
+	profile bool
 	// loadBefore is the load average (1, 5, 15 min) before the command
 	// started: what else ran, which decides whether it is a smoke run.
 	loadBefore string
@@ -183,6 +189,8 @@ func readProcSettings(seconds int) (procSettings, error) {
 	var err error
 	s.slowDelay, err = benchrun.Duration("PROC_SLOW_DELAY", "50ms")
 	errs = append(errs, err)
+	s.profile, err = benchrun.Flag("PROC_PROFILE", false)
+	errs = append(errs, err)
 	s.quietLoad = 1.0
 	if v := os.Getenv("PROC_QUIET_LOAD"); v != "" {
 		if s.quietLoad, err = strconv.ParseFloat(v, 64); err != nil || s.quietLoad <= 0 {
@@ -211,6 +219,7 @@ func (s procSettings) repro() string {
 	add(s.refClients != 16, fmt.Sprintf("PROC_REF_CLIENTS=%d", s.refClients))
 	add(s.slowDelay != "50ms", "PROC_SLOW_DELAY="+s.slowDelay)
 	add(len(s.serviceEnv) > 0, fmt.Sprintf("PROC_SERVICE_ENV='%s'", strings.Join(s.serviceEnv, " ")))
+	add(s.profile, "PROC_PROFILE=1")
 	return strings.Join(append(parts, "make bench-processor"), " ")
 }
 
@@ -231,6 +240,7 @@ type procRun struct {
 	apiKey              string
 	sim                 *benchrun.Simulator
 	svc                 *benchrun.Service
+	prof                *procProfiler // with PROC_PROFILE=1
 
 	phases []procPhaseResult // every measurement, in the order taken
 	refs   []string          // pg-reference's "tps ms", a round

@@ -61,10 +61,17 @@ func (r *procRun) setUp(ctx context.Context) error {
 	}
 	// The relay on and METRICS_SAMPLE as shipped (Start samples every
 	// second for make bench); PROC_SERVICE_ENV comes last, so it wins.
-	env := append([]string{"NATS_URL=" + r.natsURL, "METRICS_SAMPLE=15s", "RELAY_ENABLED=true",
-		"PROCESSOR_URL=" + r.sim.URL}, r.serviceEnv...)
-	if r.svc, err = benchrun.Start(ctx, r.paymentsBin, database, r.serviceLog(), env...); err != nil {
+	env := []string{"NATS_URL=" + r.natsURL, "METRICS_SAMPLE=15s", "RELAY_ENABLED=true", "PROCESSOR_URL=" + r.sim.URL}
+	if r.profile {
+		env = append(env, "PPROF_ADDR=127.0.0.1:0")
+	}
+	if r.svc, err = benchrun.Start(ctx, r.paymentsBin, database, r.serviceLog(), append(env, r.serviceEnv...)...); err != nil {
 		return err
+	}
+	if r.profile {
+		if r.prof = (&procProfiler{addr: profilerAddr(r.serviceLog())}); r.prof.addr == "" {
+			return fmt.Errorf("PROC_PROFILE=1: no \"profiler listening\" line in %s", r.serviceLog())
+		}
 	}
 	r.log.Printf("service at %s (pid %d), simulator at %s (pid %d)", r.svc.URL, r.svc.PID, r.sim.URL, r.sim.PID)
 	return nil
@@ -118,7 +125,12 @@ func (r *procRun) measurePhase(ctx context.Context, ph procPhase, round int) err
 		args = append(args, "-accounts", strconv.Itoa(r.accounts))
 	}
 	poller := benchrun.StartPoller(r.svc.MetricsURL, poolInterval, poolSeries...)
+	if r.prof != nil && round == 1 {
+		// After the phase's setup (the account phase opens its accounts first).
+		r.prof.start(ctx, r.out, ph.tag, r.seconds, r.stderr)
+	}
 	out, runErr := paymentsbench(ctx, r.apiKey, r.stderr, args...)
+	r.prof.wait()
 	readings := poller.Stop()
 	res, err := parseProcLine(out)
 	if err != nil {

@@ -217,7 +217,7 @@ const (
 type procSectionData struct {
 	S                                  procView
 	Repro, QuietLoad                   string
-	Smoke                              bool
+	Smoke, Busy, Profiled              bool
 	LoadBefore, LoadAfter              string
 	SlowRatio, SlowResult, SlowFigure  string
 	CPUNow, CPUSlow, CPUResult, CPUFig string
@@ -259,7 +259,8 @@ func (r *procRun) section(ctx context.Context) (procOutcome, error) {
 		Warnings: cmp.Or(benchrun.LogWarnings(r.serviceLog()), "none")}
 	d.PG, _ = benchrun.Value(ctx, r.admin, "SHOW server_version")
 	load1, _ := benchrun.Num(strings.Fields(r.loadBefore + " ?")[0])
-	d.Smoke = load1 >= r.quietLoad || r.loadBefore == "?"
+	d.Busy = load1 >= r.quietLoad || r.loadBefore == "?"
+	d.Profiled, d.Smoke = r.profile, d.Busy || r.profile
 	d.SlowRatio, d.SlowResult, d.SlowFigure = f.slowGoal(d.Smoke)
 	d.CPUNow, d.CPUSlow, d.CPUResult, d.CPUFig = f.cpuGoal(d.Smoke)
 	var tps, cpu []string

@@ -122,7 +122,12 @@ func TestProcSection(t *testing.T) {
 	if out.SlowResult != "**met**" || out.Clients != 256 || out.SlowDelay != "50ms" {
 		t.Errorf("outcome %+v", out)
 	}
-	r.loadBefore = "3.10 2.00 1.00"
+	r.profile = true
+	out, _ = r.section(context.Background())
+	if !strings.Contains(out.Section, "**A profiled run, not a result** (PROC_PROFILE=1)") || strings.Contains(out.Section, "load average was") {
+		t.Errorf("a profiled run is not marked as such:\n%s", out.Section)
+	}
+	r.profile, r.loadBefore = false, "3.10 2.00 1.00"
 	out, _ = r.section(context.Background())
 	if !strings.Contains(out.Section, "**A smoke run, not a result**: the machine's load average was\n3.10 2.00 1.00 before the run") ||
 		!strings.Contains(out.Section, "**met** (smoke run: not a result)") {
@@ -184,7 +189,7 @@ func TestReadProcSettings(t *testing.T) {
 	if s.seconds != 5 || s.clients != 256 || s.rounds != 3 || s.slowDelay != "50ms" || s.quietLoad != 1 {
 		t.Errorf("defaults: %+v", s)
 	}
-	if got := s.repro(); got != "PROC_ROUNDS=3 PROC_SECONDS=5 make bench-processor" {
+	if got := s.repro(); got != "PROC_ROUNDS=3 PROC_SECONDS=5 make bench-processor" || s.profile {
 		t.Errorf("repro = %q", got)
 	}
 	t.Setenv("PROC_SLOW_DELAY", "200ms")
@@ -196,7 +201,7 @@ func TestReadProcSettings(t *testing.T) {
 	if got := s.repro(); got != "PROC_ROUNDS=3 PROC_SECONDS=10 PROC_SLOW_DELAY=200ms PROC_SERVICE_ENV='PROCESSOR_WAIT=2s' make bench-processor" {
 		t.Errorf("repro = %q", got)
 	}
-	for name, value := range map[string]string{"PROC_CLIENTS": "0", "PROC_SLOW_DELAY": "fast", "PROC_QUIET_LOAD": "-1", "PROC_SERVICE_ENV": "=x"} {
+	for name, value := range map[string]string{"PROC_CLIENTS": "0", "PROC_SLOW_DELAY": "fast", "PROC_QUIET_LOAD": "-1", "PROC_SERVICE_ENV": "=x", "PROC_PROFILE": "yes"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, value)
 			if _, err := readProcSettings(0); err == nil || !strings.Contains(err.Error(), name) {
@@ -250,5 +255,20 @@ func TestProcRunSetUpAndCleanUp(t *testing.T) {
 		"SELECT count(*)::text FROM pg_database WHERE datname = ANY($1)", dbs)
 	if err != nil || left != "0" {
 		t.Errorf("databases %q left after cleanup: %s (%v)", dbs, left, err)
+	}
+}
+
+func TestProfilerAddr(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "service.log")
+	log := `{"level":"INFO","msg":"listening","addr":"127.0.0.1:1"}` + "\n" +
+		`{"level":"INFO","msg":"profiler listening","addr":"127.0.0.1:6061"}` + "\n"
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := profilerAddr(path); got != "127.0.0.1:6061" {
+		t.Errorf("profilerAddr = %q", got)
+	}
+	if got := profilerAddr(filepath.Join(t.TempDir(), "none")); got != "" {
+		t.Errorf("profilerAddr of no log = %q", got)
 	}
 }
