@@ -54,7 +54,10 @@ import (
 // at-once charges/s ≥ 0.8 (the processor's latency does not limit
 // throughput), and the service's CPU per card charge ÷ per account charge
 // ≤ 2. A 1-minute load average at or above PROC_QUIET_LOAD before the run
-// marks it a smoke run: its figures are not a result.
+// marks it a smoke run: its figures are not a result. Notes written by hand
+// inside the section (what a profile showed, each naming its command),
+// between <!-- bench-processor-notes:begin --> and its end, are kept by
+// every run.
 //
 // Environment:
 //

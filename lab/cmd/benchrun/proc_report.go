@@ -6,6 +6,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"text/template"
@@ -91,6 +92,16 @@ func (r procPhaseResult) cpuPerCharge(part string, tck int) (float64, bool) {
 	return 1000 * ticks / float64(tck) / r.Charges, true
 }
 
+// cpusBusy is how many of the machine's CPUs were busy on average over
+// the phase's measured seconds; ok is false without the figures.
+func (r procPhaseResult) cpusBusy(tck int) (float64, bool) {
+	ms := r.EndUnixMs - r.StartUnixMs
+	if ms <= 0 || tck <= 0 || r.CPUTicks == nil {
+		return 0, false
+	}
+	return r.CPUTicks["machine"] / float64(tck) / (float64(ms) / 1000), true
+}
+
 // progress is the line a phase prints on stderr.
 func (r procPhaseResult) progress(tck int) string {
 	svc, _ := r.cpuPerCharge("service", tck)
@@ -174,6 +185,8 @@ func (f procFigures) row(phase string) string {
 		med(func(r procPhaseResult) float64 { return r.Pool.AcquiredMean }, 1) + fmt.Sprintf(" / %.0f / %.0f", poolMax, poolSize),
 		med(func(r procPhaseResult) float64 { return perCharge(r.Pool.Acquires, r.Charges) }, 2),
 		med(func(r procPhaseResult) float64 { return perCharge(1000*r.Pool.WaitSeconds, r.Charges) }, 3)}
+	busy, ok := f.median(phase, func(r procPhaseResult) (float64, bool) { return r.cpusBusy(f.tck) })
+	cells = append(cells, fixed(busy, ok, 2))
 	for _, part := range procParts {
 		ms, ok := f.median(phase, func(r procPhaseResult) (float64, bool) { return r.cpuPerCharge(part, f.tck) })
 		cells = append(cells, fixed(ms, ok, 3))
@@ -226,7 +239,7 @@ type procSectionData struct {
 	Drained                            string
 	Date, CPU, PG, Go, Commit          string
 	Warnings                           string
-	Elapsed                            int
+	Elapsed, CPUs                      int
 }
 
 // procView is procSettings for the template.
@@ -255,7 +268,7 @@ func (r *procRun) section(ctx context.Context) (procOutcome, error) {
 		RefClients: s.refClients, SlowDelay: s.slowDelay, ServiceEnv: s.serviceEnv}, Repro: r.repro(), QuietLoad: benchrun.Fixed(r.quietLoad, 1),
 		LoadBefore: r.loadBefore, LoadAfter: benchrun.LoadAverage(3),
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), CPU: fmt.Sprintf("%d × %s", m.CPUs, m.CPU),
-		Go: m.Go, Commit: m.Commit, Elapsed: int(time.Since(r.began).Seconds()),
+		Go: m.Go, Commit: m.Commit, Elapsed: int(time.Since(r.began).Seconds()), CPUs: m.CPUs,
 		Warnings: cmp.Or(benchrun.LogWarnings(r.serviceLog()), "none")}
 	d.PG, _ = benchrun.Value(ctx, r.admin, "SHOW server_version")
 	load1, _ := benchrun.Num(strings.Fields(r.loadBefore + " ?")[0])
@@ -337,7 +350,22 @@ func verdictOf(measured, met, smoke bool) string {
 }
 
 // writeProcSection replaces the section in the file at path, or puts it
-// before bench-sync's (which make bench keeps last), or at the end.
+// before bench-sync's (which make bench keeps last), or at the end; the
+// notes of the section it replaces are kept (withProcNotes).
 func writeProcSection(path, section string) error {
-	return writeMarkedSection(path, procBegin, procEnd, syncBegin, section)
+	old, _ := os.ReadFile(path) // none: no notes, and writeMarkedSection creates it
+	return writeMarkedSection(path, procBegin, procEnd, syncBegin, withProcNotes(section, string(old)))
+}
+
+// withProcNotes is section with the notes of report's section (written by
+// hand between <!-- bench-processor-notes:begin --> and its end, each
+// naming the command behind its figures) put back before its end, after a
+// blank line; section as it is when report has none.
+func withProcNotes(section, report string) string {
+	notes := markedSection(report, "bench-processor-notes")
+	body, found := strings.CutSuffix(section, procEnd+"\n")
+	if notes == "" || !found {
+		return section
+	}
+	return body + "\n" + notes + "\n" + procEnd + "\n"
 }

@@ -19,6 +19,7 @@ import (
 func phase(name string, round int, cps float64, serviceTicks float64) procPhaseResult {
 	charges := cps * 10
 	return procPhaseResult{Phase: name, Round: round, Load: "0.50", Requests: int64(charges), Charges: charges,
+		StartUnixMs: 1_000, EndUnixMs: 11_000,
 		ChargesPerS: cps, P50ms: 100, P99ms: 300, Statuses: map[string]int64{"201": int64(charges)},
 		CPUTicks: map[string]float64{"machine": 2000, "service": serviceTicks, "postgres": 600, "processor": 100, "paymentsbench": 200},
 		Pool:     poolFigures{Readings: 50, AcquiredMean: 6, AcquiredMax: 12, MaxConns: 20, Acquires: 2 * charges}}
@@ -65,7 +66,7 @@ func TestProcRow(t *testing.T) {
 	// CPU ms per charge: machine 2000 ticks / 8000 charges = 2.5 ms, service
 	// 0.45, postgres 0.75, nats 0, simulator 0.125, load generator 0.25, other
 	// 2.5 − 1.575 = 0.925.
-	want := "| at once | 800.0 | 100.0 | 300.0 | 16000 | 0 | 0 | 0 | 6.0 / 12 / 20 | 2.00 | 0.000 | 2.500 | 0.450 | 0.750 | 0.000 | 0.125 | 0.250 | 0.925 |"
+	want := "| at once | 800.0 | 100.0 | 300.0 | 16000 | 0 | 0 | 0 | 6.0 / 12 / 20 | 2.00 | 0.000 | 2.00 | 2.500 | 0.450 | 0.750 | 0.000 | 0.125 | 0.250 | 0.925 |"
 	if got := f.row("at once"); got != want {
 		t.Errorf("row:\n got %s\nwant %s", got, want)
 	}
@@ -178,6 +179,19 @@ func TestWriteProcSection(t *testing.T) {
 	want := "# B\n\n- [Processor charges](#processor-charges)\n- [Sync](#sync)\n\n" + section + "\n" + syncBegin + "\n## Sync\n" + syncEnd + "\n"
 	if string(got) != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// Notes written by hand inside the section survive a new run's section.
+func TestWithProcNotes(t *testing.T) {
+	notes := "<!-- bench-processor-notes:begin -->\n### Why\n\nCPU.\n<!-- bench-processor-notes:end -->"
+	old := "a\n" + procBegin + "\nold figures\n\n" + notes + "\n" + procEnd + "\n"
+	section := procBegin + "\nnew figures\n" + procEnd + "\n"
+	if got, want := withProcNotes(section, old), procBegin+"\nnew figures\n\n"+notes+"\n"+procEnd+"\n"; got != want {
+		t.Errorf("withProcNotes:\n got %q\nwant %q", got, want)
+	}
+	if got := withProcNotes(section, "a\n"); got != section {
+		t.Errorf("without notes: %q", got)
 	}
 }
 

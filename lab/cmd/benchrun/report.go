@@ -120,7 +120,7 @@ func (b *bench) newReport(ctx context.Context) report {
 	r.Proc = b.proc
 	r.Processor = markedSection(string(old), "bench-processor")
 	if b.proc.Measured {
-		r.Processor = strings.TrimRight(b.proc.Outcome.Section, "\n")
+		r.Processor = strings.TrimRight(withProcNotes(b.proc.Outcome.Section, string(old)), "\n")
 	}
 	for _, name := range b.lg.Failed {
 		r.Mismatches = append(r.Mismatches, fmt.Sprintf("%s: %.2000s", name, b.lg.Results.Get(name).Raw("mismatches")))
