@@ -53,7 +53,7 @@ func (c *config) processorRoom() room {
 // processor at PROCESSOR_URL (none when it is empty), its metrics on m.
 func openCards(cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) *cards.Cards {
 	p := cfg.Processor
-	o := cards.Options{Render: httpapi.RenderCardCharge, WebhookSecret: p.WebhookSecret,
+	o := cards.Options{Render: httpapi.RenderCardCharge, RenderOperation: httpapi.RenderCardOperation, WebhookSecret: p.WebhookSecret,
 		Wait: p.Wait, KeyWait: cfg.Pool.KeyWait, CallTimeout: p.Timeout, DecisionDeadline: p.DecisionDeadline,
 		Interval: p.RecoveryInterval, KeyTTL: cfg.Keys.TTL, OnResolved: m.ProcessorResolved(), Log: log}
 	if p.URL != "" {
