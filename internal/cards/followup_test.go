@@ -424,3 +424,42 @@ func TestProcessorDeclineLeavesTheChargeAsItWas(t *testing.T) {
 		t.Errorf("audit %+v, want only the refund made behind the service's back", a)
 	}
 }
+
+func TestCaptureUnknownPastReviewAfterGoesToReview(t *testing.T) {
+	t.Parallel()
+	// Every answer of the capture is lost and every lookup fails: recovery
+	// sends it again with its key until ReviewAfter, then an operator
+	// decides. Nothing is reversed: the merchant asked for the capture.
+	b := setup(t, cards.Options{Wait: 50 * time.Millisecond, CallTimeout: 500 * time.Millisecond, ReviewAfter: 1500 * time.Millisecond})
+	id := b.authorize(t, "k-auth", 1000)
+	b.proxy.loseFollowUps.Store(true)
+	b.proxy.failLookups.Store(true)
+	path := "/v1/charges/" + id + "/capture"
+	if a := b.post(t, path, "k-capture", `{}`); a.status != http.StatusAccepted {
+		t.Fatalf("capture: %d %s, want 202", a.status, a.body)
+	}
+	l := b.waitOps(t, id, 10*time.Second, "authorize:succeeded", "capture:requires_review")
+	requireLedger(t, l, "authorized", 0, 0, l.ops, nil, []string{"charge.processing", "charge.authorized"})
+	if l.boundKeys != 1 {
+		t.Errorf("%d keys bound, want the capture's", l.boundKeys)
+	}
+	if n := b.api.Cards.Stats.Reviews.Load(); n != 1 {
+		t.Errorf("%d reviews counted, want 1", n)
+	}
+	// The key stays bound: a retry answers the charge as it stands, and a
+	// void is refused while the capture is in review.
+	again := b.post(t, path, "k-capture", `{}`)
+	if again.status != http.StatusAccepted || !bytes.Contains(again.body, []byte(`"status":"authorized"`)) {
+		t.Errorf("retry: %d %s, want 202 with the charge as it stands", again.status, again.body)
+	}
+	if a := b.post(t, "/v1/charges/"+id+"/void", "k-void", `{}`); a.status != http.StatusConflict ||
+		!bytes.Contains(a.body, []byte(`"code":"charge-operation-in-progress"`)) {
+		t.Errorf("void while the capture is in review: %d %s, want 409 charge-operation-in-progress", a.status, a.body)
+	}
+	if a := b.audit(t, id); a.Captures != 1 || a.Voids != 0 {
+		t.Errorf("audit %+v, want the one capture (its re-drives answered from it)", a)
+	}
+	if b.api.Cards.Stats.Redrives.Load() == 0 {
+		t.Error("no re-drive counted")
+	}
+}
