@@ -150,7 +150,7 @@ func TestCardOperationsFollowTheSpec(t *testing.T) {
 	target, _ := url.Parse(sim.URL())
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if slow.Load() && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payments/") {
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(1500 * time.Millisecond)
 		}
 		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
 	}))
@@ -158,7 +158,7 @@ func TestCardOperationsFollowTheSpec(t *testing.T) {
 	f := setup(t, func(o *setupOptions) {
 		o.cards = &cards.Options{
 			Processor: processor.NewSimulator(proxy.URL, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}),
-			Wait:      200 * time.Millisecond, KeyWait: 2 * time.Second, CallTimeout: 3 * time.Second, DecisionDeadline: 10 * time.Second,
+			Wait:      time.Second, KeyWait: 3 * time.Second, CallTimeout: 4 * time.Second, DecisionDeadline: 10 * time.Second,
 			Interval: 50 * time.Millisecond, Backoff: 100 * time.Millisecond, MaxBackoff: 400 * time.Millisecond,
 		}
 	})
