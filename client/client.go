@@ -83,13 +83,14 @@ type Result[T any] struct {
 	// Attempts counts the requests sent, answered or not.
 	Attempts int
 	// Location is the path of the object a 201 created, or of the card
-	// charge a 202 accepted.
+	// charge (or card refund) a 202 accepted.
 	Location string
 	// StatusCode is the HTTP status of the answer: 202 for a card charge
-	// still processing (see CreateCharge).
+	// still processing (see CreateCharge), or a card charge's capture, void
+	// or refund whose outcome the processor has not given yet.
 	StatusCode int
 	// RetryAfter is the answer's Retry-After, zero when it had none: with a
-	// 202, when to ask about the charge again.
+	// 202, when to ask about the charge (the refund) again.
 	RetryAfter time.Duration
 }
 
@@ -184,14 +185,20 @@ func (c *Client) Charges(ctx context.Context, p ListChargesParams) iter.Seq2[Cha
 // /v1/charges/{id}/capture), and releases the rest of its hold; the answer
 // is the charge, now succeeded. Refusals are a *Problem:
 // CodeChargeNotCapturable (with ChargeStatus, such as "expired"),
-// CodeCaptureExceedsAuthorization, CodeNotFound.
+// CodeCaptureExceedsAuthorization, CodeNotFound; for a card charge also
+// CodeChargeOperationInProgress and CodeProcessorDeclined. A card charge's
+// capture the processor has not answered yet is Result.StatusCode 202 with
+// the charge as it stands (still authorized): retry with the same key, or
+// read the charge after RetryAfter.
 func (c *Client) Capture(ctx context.Context, chargeID ChargeId, in CaptureCharge, opts ...CallOption) (*Result[Charge], error) {
 	return post[Charge](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/capture", in, opts)
 }
 
 // Void releases the whole hold of an authorized charge (POST
 // /v1/charges/{id}/void); the answer is the charge, now voided. Refusals are
-// a *Problem: CodeChargeNotVoidable (with ChargeStatus), CodeNotFound.
+// a *Problem: CodeChargeNotVoidable (with ChargeStatus), CodeNotFound; for a
+// card charge also CodeChargeOperationInProgress and CodeProcessorDeclined,
+// and a 202 as for Capture.
 func (c *Client) Void(ctx context.Context, chargeID ChargeId, opts ...CallOption) (*Result[Charge], error) {
 	return post[Charge](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/void", VoidCharge{}, opts)
 }
@@ -199,7 +206,9 @@ func (c *Client) Void(ctx context.Context, chargeID ChargeId, opts ...CallOption
 // CreateRefund gives back all of a charge's captured amount, or in.Amount of
 // it (POST /v1/charges/{id}/refunds). Refusals are a *Problem:
 // CodeRefundExceedsCharge, CodeChargeNotRefundable (the charge is not
-// succeeded), CodeNotFound.
+// succeeded), CodeNotFound; for a card charge also CodeProcessorDeclined.
+// A card charge's refund the processor has not answered yet is
+// Result.StatusCode 202 with the refund pending (its amount reserved).
 func (c *Client) CreateRefund(ctx context.Context, chargeID ChargeId, in NewRefund, opts ...CallOption) (*Result[Refund], error) {
 	return post[Refund](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/refunds", in, opts)
 }

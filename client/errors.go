@@ -65,6 +65,11 @@ const (
 	CodeCardChargeFailed       = "card-charge-failed"
 	CodeChargeReversed         = "charge-reversed"
 	CodeProcessorNotConfigured = "processor-not-configured"
+	// A capture, void or refund of a card charge: another capture or void
+	// of it is in flight (ChargeStatus is what the charge reads until it
+	// ends), or the processor refused it (DeclineCode says why).
+	CodeChargeOperationInProgress = "charge-operation-in-progress"
+	CodeProcessorDeclined         = "processor-declined"
 )
 
 func (p *Problem) Error() string {

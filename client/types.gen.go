@@ -253,6 +253,27 @@ func (e RefundObject) Valid() bool {
 	}
 }
 
+// Defines values for RefundStatus.
+const (
+	RefundStatusFailed    RefundStatus = "failed"
+	RefundStatusPending   RefundStatus = "pending"
+	RefundStatusSucceeded RefundStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RefundStatus enum.
+func (e RefundStatus) Valid() bool {
+	switch e {
+	case RefundStatusFailed:
+		return true
+	case RefundStatusPending:
+		return true
+	case RefundStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookAttemptObject.
 const (
 	WebhookAttemptObjectWebhookAttempt WebhookAttemptObject = "webhook_attempt"
@@ -580,7 +601,9 @@ type ChargeFailedProblem struct {
 	ChargeStatus *ChargeStatus `json:"charge_status,omitempty"`
 	Code         interface{}   `json:"code"`
 
-	// DeclineCode With `card-declined`, the processor's reason (`insufficient_funds`, `do_not_honor`, ...).
+	// DeclineCode With `card-declined`, the processor's reason (`insufficient_funds`,
+	// `do_not_honor`, ...); with `processor-declined`, why it refused
+	// the capture, void or refund (`invalid_state`, ...).
 	DeclineCode *string `json:"decline_code,omitempty"`
 
 	// Detail What went wrong with this request, naming the field or value at fault.
@@ -921,7 +944,9 @@ type ProblemBody struct {
 	// Examples: invalid-request
 	Code string `json:"code"`
 
-	// DeclineCode With `card-declined`, the processor's reason (`insufficient_funds`, `do_not_honor`, ...).
+	// DeclineCode With `card-declined`, the processor's reason (`insufficient_funds`,
+	// `do_not_honor`, ...); with `processor-declined`, why it refused
+	// the capture, void or refund (`invalid_state`, ...).
 	DeclineCode *string `json:"decline_code,omitempty"`
 
 	// Detail What went wrong with this request, naming the field or value at fault.
@@ -950,12 +975,14 @@ type ProblemBody struct {
 	Type string `json:"type"`
 }
 
-// Refund Money given back to the account of a charge.
+// Refund Money given back to the account of a charge, or, for a card charge,
+// to the card at the processor: a card charge's refund has no
+// `account_id` but a `status`.
 type Refund struct {
 	// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-	AccountId AccountId `json:"account_id"`
+	AccountId AccountId `json:"account_id,omitempty"`
 
 	// Amount An amount in minor units of the currency (cents for USD, yen for JPY).
 	//
@@ -982,6 +1009,13 @@ type Refund struct {
 	// Examples: re_4f9ad5409b73a6fe611d283e02edf737
 	Id     RefundId     `json:"id"`
 	Object RefundObject `json:"object"`
+
+	// Status A card charge's refund at the processor: `pending` while its outcome
+	// is not known (its amount is reserved), then `succeeded` (the charge's
+	// `amount_refunded` counts it) or `failed` (the processor refused it:
+	// nothing moved). An account charge's refund has no status: it is done
+	// at once.
+	Status *RefundStatus `json:"status,omitempty"`
 }
 
 // RefundObject defines model for Refund.Object.
@@ -991,6 +1025,13 @@ type RefundObject string
 //
 // Examples: re_4f9ad5409b73a6fe611d283e02edf737
 type RefundId = string
+
+// RefundStatus A card charge's refund at the processor: `pending` while its outcome
+// is not known (its amount is reserved), then `succeeded` (the charge's
+// `amount_refunded` counts it) or `failed` (the processor refused it:
+// nothing moved). An account charge's refund has no status: it is done
+// at once.
+type RefundStatus string
 
 // ResendWebhookEvent A resend has no fields; the body, if any, is `{}`. Unknown fields are `400 invalid-request`.
 type ResendWebhookEvent = struct{}

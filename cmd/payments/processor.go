@@ -53,7 +53,7 @@ func (c *config) processorRoom() room {
 // processor at PROCESSOR_URL (none when it is empty), its metrics on m.
 func openCards(cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) *cards.Cards {
 	p := cfg.Processor
-	o := cards.Options{Render: httpapi.RenderCardCharge, WebhookSecret: p.WebhookSecret,
+	o := cards.Options{Render: httpapi.RenderCardCharge, RenderOperation: httpapi.RenderCardOperation, WebhookSecret: p.WebhookSecret,
 		Wait: p.Wait, KeyWait: cfg.Pool.KeyWait, CallTimeout: p.Timeout, DecisionDeadline: p.DecisionDeadline,
 		Interval: p.RecoveryInterval, KeyTTL: cfg.Keys.TTL, OnResolved: m.ProcessorResolved(), Log: log}
 	if p.URL != "" {
@@ -71,15 +71,15 @@ func cardMetrics(m *metrics.Metrics, s *cards.Stats) {
 		v    func() int64
 	}{
 		"payments_processor_lookups_total":           {"Lookups by our reference this process made at the card processor (recovery).", s.Lookups.Load},
-		"payments_processor_redrives_total":          {"Authorizations recovery sent again with their processor key, the processor having no record of them yet.", s.Redrives.Load},
+		"payments_processor_redrives_total":          {"Operations recovery sent again with their processor key: authorizations the processor had no record of yet, and captures, voids and refunds whose outcome was unknown.", s.Redrives.Load},
 		"payments_processor_reversal_attempts_total": {"Reversals by our reference this process asked of the card processor, accepted or not.", s.Reversals.Load},
-		"payments_processor_reviews_total":           {"Card charges this process sent to review: their reversal was refused too often.", s.Reviews.Load},
+		"payments_processor_reviews_total":           {"Operations this process sent to review: a card charge whose reversal was refused too often, or a capture, void or refund unknown past its review bound.", s.Reviews.Load},
 	} {
 		m.CounterFunc(name, f.help, func() float64 { return float64(f.v()) })
 	}
 	m.GaugeFunc("payments_processor_operations_open", "Operations at the card processor still open (processing or reversing), as recovery last counted (every RECOVERY_INTERVAL).",
 		func() float64 { return float64(s.Open.Load()) })
-	m.GaugeFunc("payments_processor_operations_in_review", "Card charges in requires_review, which an operator settles, as recovery last counted.",
+	m.GaugeFunc("payments_processor_operations_in_review", "Operations at the card processor in requires_review (card charges, captures, voids, refunds), which an operator settles, as recovery last counted.",
 		func() float64 { return float64(s.InReview.Load()) })
 	m.GaugeFunc("payments_processor_oldest_open_seconds", "Age of the oldest open operation at the card processor, as recovery last read it.",
 		func() float64 { return time.Duration(s.OldestOpen.Load()).Seconds() })

@@ -49,6 +49,11 @@ type Options struct {
 	// its key (201, 402, ...): the caller knows status codes, this package
 	// does not. An error stores nothing; the operation stays open.
 	Render func(payment.Charge) (idempotency.Response, error)
+	// RenderOperation renders how a capture, void or refund ended (done,
+	// refused before the call, or declined by the processor) as the
+	// response stored under its key (200, 201, 409, ...). An error stores
+	// nothing.
+	RenderOperation func(payment.CardOperation) (idempotency.Response, error)
 	// WebhookSecret verifies the processor's webhooks (events.go).
 	WebhookSecret string
 	// Wait (PROCESSOR_WAIT, default 5s) is how long a charge's request
@@ -59,6 +64,12 @@ type Options struct {
 	// processor. DecisionDeadline (PROCESSOR_DECISION_DEADLINE, default
 	// 120s) is the processor's: past it, whatever it received is decided.
 	CallTimeout, DecisionDeadline time.Duration
+	// ReviewAfter (default 24h) bounds a capture, void or refund whose
+	// outcome stays unknown: recovery sends it again with its processor
+	// key until then, and past it the operation goes to review. It must
+	// not exceed how long the processor keeps its idempotency keys
+	// (Stripe's 24 hours): a re-drive past that could do it twice.
+	ReviewAfter time.Duration
 	// Interval (RECOVERY_INTERVAL, default 1s) is how often recovery looks
 	// for due operations. Backoff (default 1s) is the wait before an
 	// operation's next check, doubled after each, up to MaxBackoff (30s).
@@ -87,6 +98,7 @@ func (o Options) withDefaults() Options {
 	def(&o.KeyWait, 5*time.Second)
 	def(&o.CallTimeout, 30*time.Second)
 	def(&o.DecisionDeadline, 120*time.Second)
+	def(&o.ReviewAfter, 24*time.Hour)
 	def(&o.Interval, time.Second)
 	def(&o.Backoff, time.Second)
 	def(&o.MaxBackoff, 30*time.Second)

@@ -86,6 +86,9 @@ func (c *Cards) RunOnce(ctx context.Context) (int, error) {
 
 // check resolves one claimed operation as far as the processor lets it.
 func (c *Cards) check(ctx context.Context, op carddb.Operation, fetched time.Time) error {
+	if op.Kind != carddb.KindAuthorize {
+		return c.checkFollowUp(ctx, op, fetched)
+	}
 	if op.State == carddb.Reversing {
 		c.Stats.Reversals.Add(1)
 		cctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)

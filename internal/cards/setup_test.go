@@ -162,7 +162,7 @@ SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1),
        c.status, coalesce(c.failure_code, ''), coalesce(c.decline_code, ''), o.state, o.attempts,
        (SELECT status FROM idempotency_keys k WHERE k.merchant_id = $1 AND k.operation_id = o.id),
        (SELECT count(*) FROM processor_events e WHERE e.merchant_id = $1 AND e.operation_id = o.id)
-FROM charges c JOIN processor_operations o ON o.merchant_id = c.merchant_id AND o.charge_id = c.id
+FROM charges c JOIN processor_operations o ON o.merchant_id = c.merchant_id AND o.charge_id = c.id AND o.kind = 'authorize'
 WHERE c.merchant_id = $1 AND c.id = $2`, b.api.MerchantID, uuidOf(t, id)).
 		Scan(&r.charges, &r.ops, &r.status, &r.failure, &r.decline, &r.opState, &r.attempts, &keyStatus, &r.processorEvents)
 	if err != nil {
@@ -207,6 +207,8 @@ func (b *bundle) waitFor(t *testing.T, id, status string, limit time.Duration) r
 // audit is what the simulator did under a reference.
 type audit struct {
 	Approvals, Reversals, ReversalRefusals, Expiries int
+	Captures, Voids, Refunds                         int
+	CapturedAmount, RefundedAmount                   int64
 	found                                            bool
 }
 
@@ -219,10 +221,15 @@ func (b *bundle) audit(t *testing.T, id string) audit {
 	defer resp.Body.Close()
 	var v struct {
 		References []struct {
-			Approvals        int `json:"approvals"`
-			Reversals        int `json:"reversals"`
-			ReversalRefusals int `json:"reversal_refusals"`
-			Expiries         int `json:"expiries"`
+			Approvals        int   `json:"approvals"`
+			Reversals        int   `json:"reversals"`
+			ReversalRefusals int   `json:"reversal_refusals"`
+			Expiries         int   `json:"expiries"`
+			Captures         int   `json:"captures"`
+			CapturedAmount   int64 `json:"captured_amount"`
+			Voids            int   `json:"voids"`
+			Refunds          int   `json:"refunds"`
+			RefundedAmount   int64 `json:"refunded_amount"`
 		} `json:"references"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
@@ -232,17 +239,20 @@ func (b *bundle) audit(t *testing.T, id string) audit {
 		return audit{}
 	}
 	r := v.References[0]
-	return audit{r.Approvals, r.Reversals, r.ReversalRefusals, r.Expiries, true}
+	return audit{Approvals: r.Approvals, Reversals: r.Reversals, ReversalRefusals: r.ReversalRefusals, Expiries: r.Expiries,
+		Captures: r.Captures, Voids: r.Voids, Refunds: r.Refunds, CapturedAmount: r.CapturedAmount, RefundedAmount: r.RefundedAmount,
+		found: true}
 }
 
 // faultProxy stands between the service and the simulator, and fails what
-// the test says: it loses the answers of authorizations (after the
-// simulator processed them), and answers lookups or reversals 503 without
-// passing them on.
+// the test says: it loses the answers of authorizations, or of captures,
+// voids and refunds (after the simulator processed them), and answers
+// lookups or reversals 503 without passing them on.
 type faultProxy struct {
 	srv                                           *httptest.Server
 	target                                        atomic.Pointer[url.URL]
 	loseAuthorizations, failLookups, failReverses atomic.Bool
+	loseFollowUps                                 atomic.Bool
 }
 
 func newFaultProxy(t *testing.T) *faultProxy {
@@ -264,7 +274,8 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"error": {"code": "proxy_down", "message": "the test's proxy refuses it"}}`))
 		return
-	case p.loseAuthorizations.Load() && r.URL.Path == "/v1/authorizations":
+	case p.loseAuthorizations.Load() && r.URL.Path == "/v1/authorizations",
+		p.loseFollowUps.Load() && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payments/"):
 		body, _ := io.ReadAll(r.Body)
 		out, _ := http.NewRequest(r.Method, p.target.Load().String()+r.URL.Path, bytes.NewReader(body))
 		out.Header = r.Header.Clone()

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/google/uuid"
+
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/processor"
@@ -22,6 +24,13 @@ type CardBackend interface {
 	// the charge as it stands (processing set, res.Operation its
 	// operation). See cards.Cards.Charge.
 	Charge(ctx context.Context, req idempotency.Request, in payment.NewCardCharge) (res idempotency.Result, processing *payment.Charge, err error)
+	// Capture, Void and Refund go to the processor under the request's key
+	// as Charge does: the key's final response, or, when the outcome is not
+	// known within the wait, the charge (the refund) as it stands. See
+	// cards.Cards.Capture.
+	Capture(ctx context.Context, req idempotency.Request, chargeID uuid.UUID, amount *int64) (idempotency.Result, *payment.Charge, error)
+	Void(ctx context.Context, req idempotency.Request, chargeID uuid.UUID) (idempotency.Result, *payment.Charge, error)
+	Refund(ctx context.Context, req idempotency.Request, chargeID uuid.UUID, amount *int64) (idempotency.Result, *payment.Refund, error)
 	// HandleEvent verifies and applies a processor's webhook; see
 	// cards.Cards.HandleEvent.
 	HandleEvent(ctx context.Context, signature string, body []byte) error
@@ -74,6 +83,56 @@ func chargeLocation(id [16]byte) string {
 	return "/v1/charges/" + payment.FormatID(payment.PrefixCharge, id)
 }
 
+func refundLocation(rf payment.Refund) string {
+	return chargeLocation(rf.ChargeID) + "/refunds/" + payment.FormatID(payment.PrefixRefund, rf.ID)
+}
+
+// RenderCardOperation renders how a capture, void or refund of a card
+// charge ended as the response stored under its key: 200 with the charge
+// (captured, voided), 201 with the refund, or the problem of its refusal
+// (charge-not-capturable, capture-exceeds-authorization,
+// charge-operation-in-progress, processor-declined, ...). An error that is
+// no refusal is returned: nothing is stored.
+func RenderCardOperation(o payment.CardOperation) (idempotency.Response, error) {
+	switch {
+	case o.Err != nil:
+		return refusal(nameMissing(o.Err, "charge", payment.FormatID(payment.PrefixCharge, o.Charge.ID)))
+	case o.Refund != nil:
+		return created(refundLocation(*o.Refund), *o.Refund)
+	}
+	return jsonResponse(http.StatusOK, "", o.Charge)
+}
+
+// isCardCharge reports whether the merchant's charge id is a card charge
+// this service can send captures, voids and refunds of to the processor.
+// A charge's payer never changes, so this read may come before the key:
+// an unknown charge, or a failed read, takes the account's path, which
+// answers it.
+func (s *Server) isCardCharge(ctx context.Context, merchant, id uuid.UUID) bool {
+	if s.opts.Cards == nil {
+		return false
+	}
+	c, err := s.backend.Charge(ctx, merchant, id)
+	return err == nil && c.IsCard()
+}
+
+// cardOperation runs a capture, void or refund of a card charge: its
+// stored response (200, 201 or a refusal), or 202 with the object as it
+// stands (nothing stored: the key stays bound to the operation until its
+// outcome is written).
+func (s *Server) cardOperation(w http.ResponseWriter, r *http.Request, req idempotency.Request,
+	run func(ctx context.Context) (idempotency.Result, string, any, error)) {
+	_ = s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
+		res, location, processing, err := run(ctx)
+		if err != nil || processing == nil {
+			return res, err
+		}
+		resp, err := jsonResponse(http.StatusAccepted, location, processing)
+		res.Response = resp
+		return res, err
+	})
+}
+
 // processorEvent receives the processor's webhooks (POST
 // /v1/processor/events): no API key, but a signature the processor makes
 // with PROCESSOR_WEBHOOK_SECRET. 200 once applied (or known already), 400
@@ -94,4 +153,13 @@ func (s *Server) processorEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, r, err, map[string]bool{"received": true})
+}
+
+// asAny adapts a capture's or a void's answer to cardOperation's: the
+// charge as it stands, at its Location, when the outcome is not known yet.
+func asAny(res idempotency.Result, processing *payment.Charge, err error) (idempotency.Result, string, any, error) {
+	if processing == nil {
+		return res, "", nil, err
+	}
+	return res, chargeLocation(processing.ID), processing, err
 }

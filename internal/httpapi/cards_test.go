@@ -3,7 +3,11 @@ package httpapi_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,4 +130,127 @@ func idOf(t *testing.T, body []byte) string {
 		t.Fatalf("no id in %s (%v)", body, err)
 	}
 	return v.ID
+}
+
+// TestCardOperationsFollowTheSpec: every answer of a card charge's capture,
+// void and refund, through the fixture's contract check, is one openapi.yaml
+// documents: the 200 of a capture and of a void, the 201 of a refund, their
+// 202 when the processor answers after the wait (the charge as it stands,
+// the refund pending) and the final answer replayed to a retry, the 409 of a
+// capture or void while another is in flight, the processor's refusal (409
+// processor-declined), and the refusals decided before the call. Each is
+// checked for the money: the charge's amounts, and the processor's captures,
+// voids and refunds in its audit.
+func TestCardOperationsFollowTheSpec(t *testing.T) {
+	t.Parallel()
+	sim := procsimtest.Start(t, "-decision-deadline", "10s")
+	// slow delays the processor's captures, voids and refunds past the
+	// request's wait while it is set.
+	var slow atomic.Bool
+	target, _ := url.Parse(sim.URL())
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payments/") {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	f := setup(t, func(o *setupOptions) {
+		o.cards = &cards.Options{
+			Processor: processor.NewSimulator(proxy.URL, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}),
+			Wait:      time.Second, KeyWait: 3 * time.Second, CallTimeout: 4 * time.Second, DecisionDeadline: 10 * time.Second,
+			Interval: 50 * time.Millisecond, Backoff: 100 * time.Millisecond, MaxBackoff: 400 * time.Millisecond,
+		}
+	})
+	authorize := func(key string) string {
+		r := f.post("/v1/charges", key, `{"payment_method":"pm_card_approve","amount":2500,"currency":"EUR","capture":false}`)
+		if r.status != http.StatusCreated {
+			t.Fatalf("authorization: %d %s", r.status, r.body)
+		}
+		return idOf(t, r.body)
+	}
+	// later sends body under key while the processor is slow: 202, then,
+	// once the operation ended, the final answer replayed.
+	later := func(path, key, body string, status int, want string) reply {
+		t.Helper()
+		slow.Store(true)
+		first := f.post(path, key, body)
+		slow.Store(false)
+		if first.status != http.StatusAccepted || first.header.Get("Retry-After") == "" || first.header.Get("Location") == "" {
+			t.Fatalf("%s: %d %v %s, want 202 with Location and Retry-After", path, first.status, first.header, first.body)
+		}
+		final := f.post(path, key, body)
+		if final.status != status || final.header.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(final.body), want) {
+			t.Fatalf("%s retried: %d %s, want %d with %s replayed", path, final.status, final.body, status, want)
+		}
+		return first
+	}
+
+	id := authorize("auth-1")
+	first := later("/v1/charges/"+id+"/capture", "capture-1", `{"amount":2000}`, http.StatusOK, `"amount_captured":2000`)
+	if !strings.Contains(string(first.body), `"status":"authorized"`) {
+		t.Errorf("the capture's 202: %s, want the charge still authorized", first.body)
+	}
+	if r := f.post("/v1/charges/"+id+"/void", "void-1", `{}`); r.status != http.StatusConflict || r.code(t) != "charge-not-voidable" {
+		t.Errorf("void of a captured card charge: %d %s, want 409 charge-not-voidable", r.status, r.body)
+	}
+	refund := later("/v1/charges/"+id+"/refunds", "refund-1", `{"amount":500}`, http.StatusCreated, `"status":"succeeded"`)
+	if !strings.Contains(string(refund.body), `"status":"pending"`) {
+		t.Errorf("the refund's 202: %s, want it pending", refund.body)
+	}
+	if r := f.get(refund.header.Get("Location")); r.status != http.StatusOK || !strings.Contains(string(r.body), `"status":"succeeded"`) {
+		t.Errorf("the refund read: %d %s, want it succeeded", r.status, r.body)
+	}
+	if r := f.post("/v1/charges/"+id+"/refunds", "refund-2", `{}`); r.status != http.StatusCreated || !strings.Contains(string(r.body), `"amount":1500`) {
+		t.Errorf("refund of the rest: %d %s, want 201 of 1500", r.status, r.body)
+	}
+	if r := f.post("/v1/charges/"+id+"/refunds", "refund-3", `{"amount":1}`); r.status != http.StatusUnprocessableEntity || r.code(t) != "refund-exceeds-charge" {
+		t.Errorf("refund past the charge: %d %s, want 422 refund-exceeds-charge", r.status, r.body)
+	}
+	if r := f.get("/v1/charges/" + id); !strings.Contains(string(r.body), `"amount_refunded":2000`) {
+		t.Errorf("the charge: %s, want amount_refunded 2000", r.body)
+	}
+
+	voided := authorize("auth-2")
+	later("/v1/charges/"+voided+"/void", "void-2", `{}`, http.StatusOK, `"status":"voided"`)
+
+	busy := authorize("auth-3")
+	slow.Store(true)
+	if r := f.post("/v1/charges/"+busy+"/capture", "capture-3", `{}`); r.status != http.StatusAccepted {
+		t.Fatalf("capture: %d %s, want 202", r.status, r.body)
+	}
+	slow.Store(false)
+	if r := f.post("/v1/charges/"+busy+"/void", "void-3", `{}`); r.status != http.StatusConflict || r.code(t) != "charge-operation-in-progress" {
+		t.Errorf("void while a capture is in flight: %d %s, want 409 charge-operation-in-progress", r.status, r.body)
+	}
+	if r := f.post("/v1/charges/"+busy+"/capture", "capture-3", `{}`); r.status != http.StatusOK {
+		t.Errorf("capture retried: %d %s, want its 200", r.status, r.body)
+	}
+	// Refused by the processor: the charge was voided there behind the
+	// service's back.
+	refused := authorize("auth-4")
+	var psp string
+	if err := f.db.QueryRow(t.Context(), `SELECT psp_reference FROM charges WHERE psp_reference IS NOT NULL AND merchant_id = $1
+		ORDER BY seq DESC LIMIT 1`, f.merchantID).Scan(&psp); err != nil {
+		t.Fatal(err)
+	}
+	behind, _ := http.NewRequest(http.MethodPost, sim.URL()+"/v1/payments/"+psp+"/voids", strings.NewReader(`{}`))
+	behind.Header.Set("Idempotency-Key", "behind")
+	if resp, err := http.DefaultClient.Do(behind); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("void at the simulator: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if r := f.post("/v1/charges/"+refused+"/capture", "capture-4", `{}`); r.status != http.StatusConflict || r.code(t) != "processor-declined" {
+		t.Errorf("capture the processor refuses: %d %s, want 409 processor-declined", r.status, r.body)
+	}
+
+	var captures, voids, refunds int
+	for _, r := range sim.Audit(t).References {
+		captures, voids, refunds = captures+r.Captures, voids+r.Voids, refunds+r.Refunds
+	}
+	if captures != 2 || voids != 2 || refunds != 2 {
+		t.Errorf("the simulator did %d captures, %d voids, %d refunds; want 2 (2000 and busy's), 2 (the service's and the one behind it), 2",
+			captures, voids, refunds)
+	}
 }

@@ -211,6 +211,16 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	chargeID := pathID(r, "id", payment.PrefixCharge)
+	if s.isCardCharge(r.Context(), req.MerchantID, chargeID) {
+		s.cardOperation(w, r, req, func(ctx context.Context) (idempotency.Result, string, any, error) {
+			res, rf, err := s.opts.Cards.Refund(ctx, req, chargeID, amount)
+			if rf == nil {
+				return res, "", nil, err
+			}
+			return res, refundLocation(*rf), rf, err
+		})
+		return
+	}
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
 		rf, err := l.Refund(ctx, req.MerchantID, chargeID, amount)
 		if err != nil {
@@ -229,6 +239,12 @@ func (s *Server) captureCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	chargeID := pathID(r, "id", payment.PrefixCharge)
+	if s.isCardCharge(r.Context(), req.MerchantID, chargeID) {
+		s.cardOperation(w, r, req, func(ctx context.Context) (idempotency.Result, string, any, error) {
+			return asAny(s.opts.Cards.Capture(ctx, req, chargeID, amount))
+		})
+		return
+	}
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
 		c, err := l.Capture(ctx, req.MerchantID, chargeID, amount)
 		if err != nil {
@@ -247,6 +263,12 @@ func (s *Server) voidCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	chargeID := pathID(r, "id", payment.PrefixCharge)
+	if s.isCardCharge(r.Context(), req.MerchantID, chargeID) {
+		s.cardOperation(w, r, req, func(ctx context.Context) (idempotency.Result, string, any, error) {
+			return asAny(s.opts.Cards.Void(ctx, req, chargeID))
+		})
+		return
+	}
 	s.execute(w, r, req, func(ctx context.Context, l payment.Ledger) (response, error) {
 		c, err := l.Void(ctx, req.MerchantID, chargeID)
 		if err != nil {

@@ -72,6 +72,10 @@ var (
 		"The card processor's outcome stayed unknown past its decision deadline, so the charge was reversed there: whatever it did was cancelled or refunded, and no money moved. The charge is recorded (charge_id, status reversed) and this answer is replayed for retries of the same request."}
 	probProcessorNotConfigured = problemType{"processor-not-configured", http.StatusServiceUnavailable, "Processor not configured",
 		"This deployment has no card processor (PROCESSOR_URL is not set): charges by payment_method are refused, and nothing was written. Charges by account_id work."}
+	probOperationInProgress = problemType{"charge-operation-in-progress", http.StatusConflict, "Charge operation in progress",
+		"A capture or void of this card charge is in flight at the card processor (or awaiting an operator's review); its outcome decides what the charge is, and the charge keeps its status until then (charge_status). Read the charge again later. This answer is stored: a retry with the same Idempotency-Key replays it; send a new key to try again."}
+	probProcessorDeclined = problemType{"processor-declined", http.StatusConflict, "Declined by the card processor",
+		"The card processor refused this capture, void or refund of a card charge; decline_code is its reason (invalid_state: the payment at the processor does not allow it). Nothing moved: the charge is as it was, and a refund is failed. This answer is replayed for retries of the same request."}
 	probShuttingDown = problemType{"shutting-down", http.StatusServiceUnavailable, "Shutting down",
 		"This replica has been asked to stop (SIGTERM). It still serves every request it is sent until its load balancer has moved traffic away (SHUTDOWN_DELAY), then finishes those in flight and stops; only its readiness (/readyz) says so."}
 )
@@ -82,6 +86,7 @@ var problemCatalogue = []problemType{
 	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
 	probNotCapturable, probNotVoidable, probCaptureExceeds, probTooManyWebhookEndpoints, probInternal, probUnavailable, probShuttingDown,
 	probCardDeclined, probCardChargeFailed, probChargeReversed, probProcessorNotConfigured,
+	probOperationInProgress, probProcessorDeclined,
 }
 
 // errorProblems maps domain errors to problem types: the one table that turns
@@ -109,6 +114,8 @@ var errorProblems = []struct {
 	{payment.ErrCardChargeFailed, probCardChargeFailed},
 	{payment.ErrChargeReversed, probChargeReversed},
 	{payment.ErrProcessorNotConfigured, probProcessorNotConfigured},
+	{payment.ErrOperationInProgress, probOperationInProgress},
+	{payment.ErrProcessorDeclined, probProcessorDeclined},
 	// Before ErrUnavailable: /readyz wraps its cause in ErrUnavailable too.
 	{payment.ErrShuttingDown, probShuttingDown},
 	{payment.ErrUnavailable, probUnavailable},
@@ -181,6 +188,8 @@ func problemFromError(p problemType, err error) problem {
 		fc *payment.FailedCharge
 		se *payment.ChargeStateError
 		cf *payment.CardChargeFailure
+		ip *payment.OperationInProgress
+		od *payment.OperationDeclined
 	)
 	switch {
 	case errors.As(err, &ve):
@@ -193,6 +202,10 @@ func problemFromError(p problemType, err error) problem {
 		pr.ChargeStatus = string(se.Charge.Status)
 	case errors.As(err, &cf):
 		pr.ChargeID, pr.DeclineCode = payment.FormatID(payment.PrefixCharge, cf.Charge.ID), cf.Charge.DeclineCode
+	case errors.As(err, &ip):
+		pr.ChargeStatus = string(ip.Charge.Status)
+	case errors.As(err, &od):
+		pr.ChargeID, pr.DeclineCode = payment.FormatID(payment.PrefixCharge, od.Charge.ID), od.Code
 	}
 	return pr
 }

@@ -102,11 +102,88 @@ func (c Charge) Final() bool { return c.Status != ChargeProcessing && c.Status !
 // cardChargeStateMessage is ChargeStateError's message for a card charge.
 func cardChargeStateMessage(c Charge, verb string) string {
 	id := FormatID(PrefixCharge, c.ID)
-	if c.Status == ChargeProcessing {
-		return fmt.Sprintf("charge %s is processing at the card processor: it cannot be %s before its outcome is known, "+
-			"and card charges cannot be %s here yet", id, verb, verb)
+	switch {
+	case c.Status == ChargeProcessing:
+		return fmt.Sprintf("charge %s is processing at the card processor: it cannot be %s before its outcome is known", id, verb)
+	case verb == "refunded":
+		return fmt.Sprintf("charge %s is %s; only a succeeded (captured) charge can be refunded", id, c.Status)
 	}
-	return fmt.Sprintf("charge %s is a card charge (%s); card charges cannot be %s here yet", id, c.Status, verb)
+	return fmt.Sprintf("charge %s is %s; only an authorized charge can be %s", id, c.Status, verb)
+}
+
+// Captures, voids and refunds of card charges go to the processor, each as
+// an operation of its own (internal/cards). While one is in flight the
+// charge keeps its status (a refund is RefundPending, its amount reserved);
+// its outcome changes the charge, or, refused by the processor, changes
+// nothing but the refund, which is RefundFailed.
+
+// RefundStatus is a card charge's refund's state at the processor.
+type RefundStatus string
+
+// The states of a card charge's refund.
+const (
+	RefundPending   RefundStatus = "pending"
+	RefundSucceeded RefundStatus = "succeeded"
+	RefundFailed    RefundStatus = "failed"
+)
+
+// The kinds of operations on a card charge after its authorization.
+const (
+	OperationCapture = "capture"
+	OperationVoid    = "void"
+	OperationRefund  = "refund"
+)
+
+// ErrOperationInProgress refuses a capture or a void of a card charge while
+// another capture or void of it is in flight at the processor (or in
+// review): its outcome decides what the charge is.
+var ErrOperationInProgress = errors.New("a capture or void of the charge is in flight at the processor")
+
+// OperationInProgress is ErrOperationInProgress naming the charge and the
+// operation in flight.
+type OperationInProgress struct {
+	Charge Charge
+	Kind   string // the operation in flight
+}
+
+func (e *OperationInProgress) Error() string {
+	return fmt.Sprintf("a %s of charge %s is in flight at the card processor; its outcome decides what the charge is "+
+		"(it reads %s until then)", e.Kind, FormatID(PrefixCharge, e.Charge.ID), e.Charge.Status)
+}
+
+// Unwrap makes an OperationInProgress ErrOperationInProgress.
+func (e *OperationInProgress) Unwrap() error { return ErrOperationInProgress }
+
+// ErrProcessorDeclined is a capture, void or refund of a card charge that
+// the processor refused (OperationDeclined says which and why): nothing
+// moved, the charge is as it was.
+var ErrProcessorDeclined = errors.New("the card processor refused the operation")
+
+// OperationDeclined is ErrProcessorDeclined: the kind of operation, the
+// charge (as it stays) and the processor's code (invalid_state, ...).
+type OperationDeclined struct {
+	Kind   string
+	Charge Charge
+	Code   string
+}
+
+func (e *OperationDeclined) Error() string {
+	return fmt.Sprintf("the card processor refused the %s of charge %s (%s): nothing moved, the charge is %s",
+		e.Kind, FormatID(PrefixCharge, e.Charge.ID), e.Code, e.Charge.Status)
+}
+
+// Unwrap makes an OperationDeclined ErrProcessorDeclined.
+func (e *OperationDeclined) Unwrap() error { return ErrProcessorDeclined }
+
+// CardOperation is how a capture, void or refund of a card charge ended,
+// for the response stored under its key: done (Err nil: the charge, and for
+// a refund the refund), or refused (Err: a refusal before the processor was
+// called, or the processor's OperationDeclined).
+type CardOperation struct {
+	Kind   string
+	Charge Charge
+	Refund *Refund
+	Err    error
 }
 
 // ErrProcessorNotConfigured is a card charge asked of a service that has

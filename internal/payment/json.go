@@ -111,6 +111,9 @@ func (c Charge) marshalCard() ([]byte, error) {
 
 // MarshalJSON renders the refund as the API shows it.
 func (r Refund) MarshalJSON() ([]byte, error) {
+	if r.Status != "" {
+		return r.marshalCard()
+	}
 	return marshal(struct {
 		ID        string    `json:"id"`
 		Object    string    `json:"object"`
@@ -121,6 +124,21 @@ func (r Refund) MarshalJSON() ([]byte, error) {
 		CreatedAt timestamp `json:"created_at"`
 	}{FormatID(PrefixRefund, r.ID), "refund", FormatID(PrefixCharge, r.ChargeID), FormatID(PrefixAccount, r.AccountID),
 		r.Amount, r.Currency, timestamp(r.CreatedAt)})
+}
+
+// marshalCard renders a card charge's refund: it has no account, and says
+// its status at the processor.
+func (r Refund) marshalCard() ([]byte, error) {
+	return marshal(struct {
+		ID        string       `json:"id"`
+		Object    string       `json:"object"`
+		ChargeID  string       `json:"charge_id"`
+		Amount    int64        `json:"amount"`
+		Currency  string       `json:"currency"`
+		Status    RefundStatus `json:"status"`
+		CreatedAt timestamp    `json:"created_at"`
+	}{FormatID(PrefixRefund, r.ID), "refund", FormatID(PrefixCharge, r.ChargeID), r.Amount, r.Currency, r.Status,
+		timestamp(r.CreatedAt)})
 }
 
 // MarshalJSON renders the event as the API and the broker show it.

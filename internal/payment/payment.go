@@ -105,13 +105,17 @@ type Charge struct {
 	CreatedAt   time.Time
 }
 
-// Refund returns part or all of a succeeded charge to its account.
+// Refund returns part or all of a succeeded charge to its account, or, for
+// a card charge, to the card at the processor.
 type Refund struct {
 	ID        uuid.UUID
 	ChargeID  uuid.UUID
-	AccountID uuid.UUID
+	AccountID uuid.UUID // none (uuid.Nil) for a card charge's refund
 	Amount    int64
 	Currency  string
+	// Status is a card charge's refund's state at the processor; an
+	// account's refund has none: it is done in its transaction.
+	Status    RefundStatus
 	CreatedAt time.Time
 }
 

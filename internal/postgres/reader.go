@@ -90,6 +90,11 @@ func chargeDest(c *payment.Charge, at *time.Time) []any {
 		&c.AmountCaptured, &c.AmountRefunded, &c.ExpiresAt, &c.Description, &c.Metadata, &c.CreatedAt, at}
 }
 
+// refundDest are the scan destinations of refundColumns.
+func refundDest(r *payment.Refund) []any {
+	return []any{&r.ID, &r.ChargeID, &r.AccountID, &r.Amount, &r.Currency, &r.Status, &r.CreatedAt}
+}
+
 func readErr(what string, err error) error {
 	switch {
 	case err == nil:
@@ -123,8 +128,13 @@ SELECT ` + chargeColumns + `
 FROM charges WHERE merchant_id = $1 AND seq < $2 AND account_id = $4
 ORDER BY seq DESC LIMIT $3`
 
+	// refundColumns are a refund's, for refundDest: a card charge's refund
+	// has no account, and a status; an account's has no status ('').
+	refundColumns = `id, charge_id, coalesce(account_id, '00000000-0000-0000-0000-000000000000'::uuid),
+       amount, currency, CASE WHEN account_id IS NULL THEN status ELSE '' END, created_at`
+
 	refundByIDSQL = `
-SELECT id, charge_id, account_id, amount, currency, created_at
+SELECT ` + refundColumns + `
 FROM refunds WHERE merchant_id = $1 AND charge_id = $2 AND id = $3`
 
 	eventPositionSQL = `SELECT tx_id, seq FROM events WHERE merchant_id = $1 AND id = $2`
@@ -186,7 +196,7 @@ func charges(ctx context.Context, db querier, merchantID uuid.UUID, q payment.Ch
 // Refund returns a refund of the merchant's charge, or payment.ErrNotFound.
 func (s *Reader) Refund(ctx context.Context, merchantID, chargeID, id uuid.UUID) (r payment.Refund, err error) {
 	err = s.readRow(ctx, func(row pgx.Row) error {
-		return readErr("refund", row.Scan(&r.ID, &r.ChargeID, &r.AccountID, &r.Amount, &r.Currency, &r.CreatedAt))
+		return readErr("refund", row.Scan(refundDest(&r)...))
 	}, refundByIDSQL, merchantID, chargeID, id)
 	return r, err
 }

@@ -117,7 +117,7 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 // startCards starts card charges on s and their recovery, stopped when t
 // ends (before the server closes), once the calls under way have ended.
 func startCards(t testing.TB, s *postgres.Store, o cards.Options, log *slog.Logger) *cards.Cards {
-	o.Render = httpapi.RenderCardCharge
+	o.Render, o.RenderOperation = httpapi.RenderCardCharge, httpapi.RenderCardOperation
 	if o.Log == nil {
 		o.Log = log
 	}

@@ -89,6 +89,8 @@ type Tx interface {
 	// InsertOperation inserts s.Op, its deadlines counted from the
 	// transaction's clock, and s.Event.
 	InsertOperation(ctx context.Context, s Start) error
+	// FollowUpTx starts captures, voids and refunds (followup.go).
+	FollowUpTx
 }
 
 // Transition is one change of an operation's state, written in one
@@ -183,6 +185,8 @@ type Store interface {
 	// Open counts the open operations (processing or reversing) and those
 	// in review, with the age of the oldest open one.
 	Open(ctx context.Context) (OpenOperations, error)
+	// FollowUps ends captures, voids and refunds (followup.go).
+	FollowUps
 }
 
 // OpenOperations is what Store.Open counts.
