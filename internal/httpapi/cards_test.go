@@ -27,14 +27,17 @@ import (
 // charge's status, and the processor's approvals in its audit.
 func TestCardChargesFollowTheSpec(t *testing.T) {
 	t.Parallel()
-	sim := procsimtest.Start(t, "-decision-deadline", "4s")
+	// A decision deadline well past the late answer's recovery (its call
+	// gives up after 2 s, and a lookup follows), so that a loaded machine
+	// does not let the simulator cancel the approval first.
+	sim := procsimtest.Start(t, "-decision-deadline", "8s")
 	// Keep-alives off: Go's client would resend a request whose reused
 	// connection closed before its answer, and a lost answer would come
 	// back as the approval.
 	f := setup(t, func(o *setupOptions) {
 		o.cards = &cards.Options{
 			Processor: processor.NewSimulator(sim.URL(), &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}),
-			Wait:      time.Second, KeyWait: 300 * time.Millisecond, CallTimeout: 2 * time.Second, DecisionDeadline: 4 * time.Second,
+			Wait:      time.Second, KeyWait: 300 * time.Millisecond, CallTimeout: 2 * time.Second, DecisionDeadline: 8 * time.Second,
 			Interval: 50 * time.Millisecond, Backoff: 100 * time.Millisecond, MaxBackoff: 400 * time.Millisecond,
 			WebhookSecret: "spec-secret",
 		}
