@@ -242,14 +242,28 @@ func (c *Cards) settle(op carddb.Operation, fetched time.Time, o outcome, in car
 }
 
 // await answers a request bound to operation id: the key's response once
-// stored, read every Poll (and at once when wake closes) for up to wait;
-// else the charge as it stands, with the operation (nothing stored).
+// stored, for up to wait; else the charge as it stands, with the operation
+// (nothing stored). The request that made the call (wake set) reads first
+// when its call has ended, a retry at once; then both every Poll.
 func (c *Cards) await(ctx context.Context, merchant, id uuid.UUID, wait time.Duration, wake <-chan struct{}, replayed bool) (idempotency.Result, *payment.Charge, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	// The request that made the call hears when its outcome is written
+	// (wake): it reads nothing before, so that a request waiting for the
+	// processor holds no connection and costs the database nothing.
+	last := false
+	if wake != nil {
+		select {
+		case <-ctx.Done():
+			return idempotency.Result{}, nil, ctx.Err()
+		case <-deadline.C:
+			last = true
+		case <-wake:
+		}
+	}
 	tick := time.NewTicker(c.opts.Poll)
 	defer tick.Stop()
-	for last := false; ; {
+	for {
 		st, err := c.store.Status(ctx, merchant, id)
 		switch {
 		case err != nil:
@@ -264,8 +278,6 @@ func (c *Cards) await(ctx context.Context, merchant, id uuid.UUID, wait time.Dur
 			return idempotency.Result{}, nil, ctx.Err()
 		case <-deadline.C:
 			last = true
-		case <-wake:
-			wake = nil
 		case <-tick.C:
 		}
 	}
