@@ -3,7 +3,6 @@ package benchrun
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -71,20 +70,7 @@ func (s *Simulator) await(ctx context.Context) error {
 }
 
 // healthy reports whether GET /healthz answers 200.
-func (s *Simulator) healthy(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/healthz", nil)
-	if err != nil {
-		return false
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
+func (s *Simulator) healthy(ctx context.Context) bool { return answersOK(ctx, s.URL+"/healthz") }
 
 // Stop sends SIGTERM and waits for the simulator to exit. It may be called
 // more than once, and on nil.

@@ -121,10 +121,13 @@ func listening(path string) (api, metrics string) {
 }
 
 // Ready reports whether GET /readyz answers 200.
-func (s *Service) Ready(ctx context.Context) bool {
+func (s *Service) Ready(ctx context.Context) bool { return answersOK(ctx, s.URL+"/readyz") }
+
+// answersOK reports whether a GET of url answers 200 within 2 s.
+func answersOK(ctx context.Context, url string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false
 	}
