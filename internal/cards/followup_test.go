@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/exactlyonce/payments/internal/cards"
 )
 
@@ -63,18 +65,26 @@ type ledger struct {
 	boundKeys, answeredKeys int
 }
 
+// ledgerOf reads it in one snapshot: a change committed between two of its
+// statements would show half done (the operation succeeded, the charge not
+// yet refunded).
 func (b *bundle) ledgerOf(t *testing.T, id string) ledger {
 	t.Helper()
 	ctx := t.Context()
 	var l ledger
 	m, ch := b.api.MerchantID, uuidOf(t, id)
-	err := b.api.DB.QueryRow(ctx, `SELECT status, amount_captured, amount_refunded FROM charges WHERE merchant_id = $1 AND id = $2`, m, ch).
+	tx, err := b.api.DB.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	err = tx.QueryRow(ctx, `SELECT status, amount_captured, amount_refunded FROM charges WHERE merchant_id = $1 AND id = $2`, m, ch).
 		Scan(&l.status, &l.captured, &l.refunded)
 	if err != nil {
 		t.Fatal(err)
 	}
 	strs := func(sql string, args ...any) []string {
-		rows, err := b.api.DB.Query(ctx, sql, args...)
+		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +102,7 @@ func (b *bundle) ledgerOf(t *testing.T, id string) ledger {
 	l.ops = strs(`SELECT kind || ':' || state FROM processor_operations WHERE merchant_id = $1 AND charge_id = $2 ORDER BY created_at, kind`, m, ch)
 	l.refunds = strs(`SELECT amount || ':' || status FROM refunds WHERE merchant_id = $1 AND charge_id = $2 ORDER BY created_at, amount`, m, ch)
 	l.events = strs(`SELECT type FROM events WHERE merchant_id = $1 ORDER BY tx_id, seq`, m)
-	err = b.api.DB.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status IS NULL), count(*) FILTER (WHERE status IS NOT NULL)
+	err = tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status IS NULL), count(*) FILTER (WHERE status IS NOT NULL)
 		FROM idempotency_keys WHERE merchant_id = $1 AND operation_id IS NOT NULL`, m).Scan(&l.boundKeys, &l.answeredKeys)
 	if err != nil {
 		t.Fatal(err)
