@@ -17,7 +17,10 @@ import (
 // processorRoom: the card processor that charges by payment_method go to.
 func (c *config) processorRoom() room {
 	return room{roomProcessor, "Card processor", "Charges by `payment_method` go to a card processor " +
-		"(see [Card processors](processors.md)); without `PROCESSOR_URL` they are refused with `503 processor-not-configured`.", []setting{
+		"(see [Card processors](processors.md)); without `PROCESSOR_URL` they are refused with `503 processor-not-configured`. " +
+		"Every operation records the processor it went to, and only that processor is asked about it again " +
+		"([one processor per operation](processors.md#one-processor-per-operation)): change `PROCESSOR_URL` only once no card " +
+		"operation is open, or keep a replica on the former one until its operations are final.", []setting{
 		{"PROCESSOR_URL", "processor-url", "", "base URL of the card processor (the simulator, `procsim serve`: `http://127.0.0.1:8090`); " +
 			"empty: none",
 			parser{"url", func(v string) error {

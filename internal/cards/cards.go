@@ -184,7 +184,7 @@ func (c *Cards) start(ctx context.Context, tx carddb.Tx, merchant uuid.UUID, in 
 		return carddb.Operation{}, fmt.Errorf("encode charge: %w", err)
 	}
 	op := carddb.Operation{Merchant: merchant, ID: id, ChargeID: id, Kind: carddb.KindAuthorize, State: carddb.Processing,
-		ProcessorKey: processorKey(id, carddb.KindAuthorize), Amount: in.Amount, Currency: in.Currency,
+		Processor: c.opts.Processor.Name(), ProcessorKey: processorKey(id, carddb.KindAuthorize), Amount: in.Amount, Currency: in.Currency,
 		PaymentMethod: in.PaymentMethod, Capture: !in.Authorize, DecisionDeadline: at.Add(c.opts.DecisionDeadline),
 		CreatedAt: at, Charge: ch, Now: at}
 	// The first check is the lease of this request's call: recovery leaves

@@ -51,6 +51,10 @@ func (c *Cards) HandleEvent(ctx context.Context, signature string, body []byte) 
 		return nil
 	case err != nil:
 		return err
+	case !c.ours(op.Processor):
+		c.opts.Log.Warn("processor event about an operation sent to another processor", "event", ev.ID,
+			"reference", ev.Payment.Reference, "operation_processor", op.Processor)
+		return nil
 	}
 	hint, known := outcomeOfPayments([]processor.Payment{ev.Payment})
 	if !known {

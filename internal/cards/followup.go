@@ -103,6 +103,12 @@ func (c *Cards) startFollowUp(ctx context.Context, tx carddb.Tx, merchant uuid.U
 	if err != nil {
 		return idempotency.Answer{}, carddb.Operation{}, err
 	}
+	if !c.ours(l.Processor) {
+		// Not a refusal to store: the charge is as it was, and the request
+		// succeeds once this service calls the charge's processor again.
+		return idempotency.Answer{}, carddb.Operation{}, fmt.Errorf("%w: charge %s was authorized at %q",
+			payment.ErrProcessorNotConfigured, payment.FormatID(payment.PrefixCharge, chargeID), l.Processor)
+	}
 	n, err := admit(kind, l, amount)
 	if err != nil {
 		return c.refuse(kind, l.Charge, err)
@@ -110,7 +116,7 @@ func (c *Cards) startFollowUp(ctx context.Context, tx carddb.Tx, merchant uuid.U
 	ch := l.Charge
 	id := payment.NewID()
 	op := carddb.Operation{Merchant: merchant, ID: id, ChargeID: ch.ID, Kind: kind, State: carddb.Processing,
-		ProcessorKey: followUpKey(id, kind), Amount: n, Currency: ch.Currency, PaymentMethod: ch.PaymentMethod,
+		Processor: c.opts.Processor.Name(), ProcessorKey: followUpKey(id, kind), Amount: n, Currency: ch.Currency, PaymentMethod: ch.PaymentMethod,
 		PSPReference: l.PSPReference, Charge: ch}
 	f := carddb.FollowUp{Op: op, ReviewAfter: c.opts.ReviewAfter, CheckAfter: c.lease()}
 	if kind == carddb.KindRefund {

@@ -3,6 +3,7 @@ package cards
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -28,6 +29,13 @@ import (
 //     refused ReversalAttempts times, the charge goes to review.
 //
 // Checks back off from Backoff, doubling, up to MaxBackoff.
+
+// ours reports whether an operation recorded as sent to processor is this
+// service's processor's to look up, re-drive or reverse: an operation
+// names none when it was made before operations named theirs.
+func (c *Cards) ours(processor string) bool {
+	return processor == "" || processor == c.opts.Processor.Name()
+}
 
 // claimBatch is the most operations one claim leases.
 const claimBatch = 32
@@ -70,7 +78,7 @@ func (c *Cards) RunOnce(ctx context.Context) (int, error) {
 	c.Stats.Open.Store(int64(open.Open))
 	c.Stats.InReview.Store(int64(open.InReview))
 	c.Stats.OldestOpen.Store(int64(open.Oldest))
-	ops, err := c.store.Claim(ctx, c.lease(), claimBatch)
+	ops, err := c.store.Claim(ctx, c.opts.Processor.Name(), c.lease(), claimBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -86,6 +94,9 @@ func (c *Cards) RunOnce(ctx context.Context) (int, error) {
 
 // check resolves one claimed operation as far as the processor lets it.
 func (c *Cards) check(ctx context.Context, op carddb.Operation, fetched time.Time) error {
+	if !c.ours(op.Processor) {
+		return fmt.Errorf("operation of processor %q claimed by %q's recovery", op.Processor, c.opts.Processor.Name())
+	}
 	if op.Kind != carddb.KindAuthorize {
 		return c.checkFollowUp(ctx, op, fetched)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/exactlyonce/payments/internal/cards"
 	"github.com/exactlyonce/payments/internal/payment"
@@ -33,6 +34,7 @@ const webhookSecret = "whsec_test"
 // simulator it charges at, a real process, behind a proxy that can fail
 // what the test says.
 type bundle struct {
+	dbURL  string
 	api    *testkit.API
 	sim    *procsimtest.Sim
 	proxy  *faultProxy
@@ -42,6 +44,13 @@ type bundle struct {
 // setup starts the service with o (small bounds by default) and a simulator
 // whose decision deadline is o's, with flags.
 func setup(t *testing.T, o cards.Options, flags ...string) *bundle {
+	t.Helper()
+	return setupOn(t, pgtest.NewDatabase(t), o, flags...)
+}
+
+// setupOn is setup on the database at dbURL: a second service there is
+// another deployment's, configured for a simulator of its own.
+func setupOn(t *testing.T, dbURL string, o cards.Options, flags ...string) *bundle {
 	t.Helper()
 	if o.CallTimeout == 0 {
 		o.CallTimeout = 2 * time.Second
@@ -62,12 +71,12 @@ func setup(t *testing.T, o cards.Options, flags ...string) *bundle {
 		o.MaxBackoff = 400 * time.Millisecond
 	}
 	o.Poll, o.KeyWait, o.WebhookSecret = 20*time.Millisecond, 3*time.Second, webhookSecret
-	b := &bundle{proxy: newFaultProxy(t), client: &http.Client{Timeout: 30 * time.Second}}
+	b := &bundle{dbURL: dbURL, proxy: newFaultProxy(t), client: &http.Client{Timeout: 30 * time.Second}}
 	// Keep-alives off: Go's client would send a request again by itself,
 	// with its key, when a reused connection closes before the answer, and
 	// a lost answer would come back as a replay.
 	o.Processor = processor.NewSimulator(b.proxy.srv.URL, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}})
-	b.api = testkit.StartAPI(t, pgtest.NewDatabase(t), testkit.APIOptions{Cards: &o})
+	b.api = testkit.StartAPI(t, dbURL, testkit.APIOptions{Cards: &o})
 	flags = append([]string{"-decision-deadline", o.DecisionDeadline.String(),
 		"-webhook-url", b.api.URL + "/v1/processor/events", "-webhook-secret", webhookSecret}, flags...)
 	b.sim = procsimtest.Start(t, flags...)
@@ -156,7 +165,14 @@ func (b *bundle) rowsOf(t *testing.T, id string) rows {
 	ctx := context.Background()
 	var r rows
 	var keyStatus *int32
-	err := b.api.DB.QueryRow(ctx, `
+	// One snapshot: a change committed between two statements would show
+	// half done.
+	tx, err := b.api.DB.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	err = tx.QueryRow(ctx, `
 SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1),
        (SELECT count(*) FROM processor_operations WHERE merchant_id = $1),
        c.status, coalesce(c.failure_code, ''), coalesce(c.decline_code, ''), o.state, o.attempts,
@@ -171,7 +187,7 @@ WHERE c.merchant_id = $1 AND c.id = $2`, b.api.MerchantID, uuidOf(t, id)).
 	if keyStatus != nil {
 		r.keyStatus = int(*keyStatus)
 	}
-	evs, err := b.api.DB.Query(ctx, `SELECT type FROM events WHERE merchant_id = $1 AND aggregate_id = $2 ORDER BY tx_id, seq`,
+	evs, err := tx.Query(ctx, `SELECT type FROM events WHERE merchant_id = $1 AND aggregate_id = $2 ORDER BY tx_id, seq`,
 		b.api.MerchantID, uuidOf(t, id))
 	if err != nil {
 		t.Fatal(err)

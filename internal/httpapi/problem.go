@@ -71,7 +71,7 @@ var (
 	probChargeReversed = problemType{"charge-reversed", http.StatusPaymentRequired, "Charge reversed",
 		"The card processor's outcome stayed unknown past its decision deadline, so the charge was reversed there: whatever it did was cancelled or refunded, and no money moved. The charge is recorded (charge_id, status reversed) and this answer is replayed for retries of the same request."}
 	probProcessorNotConfigured = problemType{"processor-not-configured", http.StatusServiceUnavailable, "Processor not configured",
-		"This deployment has no card processor (PROCESSOR_URL is not set): charges by payment_method are refused, and nothing was written. Charges by account_id work."}
+		"This deployment has no card processor (PROCESSOR_URL is not set), so charges by payment_method are refused; or the card charge was authorized at a processor this deployment is not configured for, and its captures, voids and refunds go only to that one. Nothing was written; a retry with the same Idempotency-Key is safe. Charges by account_id work."}
 	probOperationInProgress = problemType{"charge-operation-in-progress", http.StatusConflict, "Charge operation in progress",
 		"A capture or void of this card charge is in flight at the card processor (or awaiting an operator's review); its outcome decides what the charge is, and the charge keeps its status until then (charge_status). Read the charge again later. This answer is stored: a retry with the same Idempotency-Key replays it; send a new key to try again."}
 	probProcessorDeclined = problemType{"processor-declined", http.StatusConflict, "Declined by the card processor",

@@ -29,9 +29,11 @@ const (
 SELECT 1 FROM charges WHERE merchant_id = $1 AND id = $2 AND payment_method IS NOT NULL FOR UPDATE`
 
 	// cardChargeSQL reads the locked card charge, its authorization's psp
-	// reference, its refunds in flight and its capture or void in flight.
+	// reference and processor (an authorization's id is its charge's), its
+	// refunds in flight and its capture or void in flight.
 	cardChargeSQL = `
 SELECT ` + chargeColumns + `, coalesce(c.psp_reference, ''),
+       coalesce((SELECT o.processor FROM processor_operations o WHERE o.merchant_id = c.merchant_id AND o.id = c.id), ''),
        (SELECT coalesce(sum(r.amount), 0)::bigint FROM refunds r
         WHERE r.merchant_id = c.merchant_id AND r.charge_id = c.id AND r.status = 'pending'),
        coalesce((SELECT o.kind FROM processor_operations o
@@ -43,9 +45,9 @@ FROM charges c WHERE c.merchant_id = $1 AND c.id = $2`
 	// transaction's clock, and a refund's row, pending, with that clock.
 	insertFollowUpSQL = `
 WITH op AS (
-    INSERT INTO processor_operations (merchant_id, id, charge_id, kind, state, processor_key, amount, currency,
-                                      payment_method, capture, psp_reference, decision_deadline, next_check_at)
-    VALUES (@merchant, @id, @charge, @kind, 'processing', @key, @amount, @currency,
+    INSERT INTO processor_operations (merchant_id, id, charge_id, kind, state, processor, processor_key, amount,
+                                      currency, payment_method, capture, psp_reference, decision_deadline, next_check_at)
+    VALUES (@merchant, @id, @charge, @kind, 'processing', @processor, @key, @amount, @currency,
             @payment_method, false, nullif(@psp::text, ''), now() + @review_after::interval, now() + @check_after::interval)
 ), refund AS (
     INSERT INTO refunds (merchant_id, id, charge_id, amount, currency, status, created_at)
@@ -103,7 +105,7 @@ func (t *cardTx) LockCardCharge(ctx context.Context, merchant, id uuid.UUID) (ca
 	if err != nil {
 		return carddb.LockedCharge{}, fmt.Errorf("lock card charge: %w", err)
 	}
-	dest := append(chargeDest(&l.Charge, &l.Now), &l.PSPReference, &l.Refunding, &l.Settling)
+	dest := append(chargeDest(&l.Charge, &l.Now), &l.PSPReference, &l.Processor, &l.Refunding, &l.Settling)
 	if err := t.tx.QueryRow(ctx, cardChargeSQL, merchant, id).Scan(dest...); err != nil {
 		return carddb.LockedCharge{}, fmt.Errorf("read card charge: %w", err)
 	}
@@ -115,8 +117,8 @@ func (t *cardTx) InsertFollowUp(ctx context.Context, f carddb.FollowUp) (time.Ti
 	o := f.Op
 	var at time.Time
 	err := t.tx.QueryRow(ctx, insertFollowUpSQL, pgx.NamedArgs{
-		"merchant": o.Merchant, "id": o.ID, "charge": o.ChargeID, "kind": o.Kind, "key": o.ProcessorKey,
-		"amount": o.Amount, "currency": o.Currency, "payment_method": o.PaymentMethod, "psp": o.PSPReference,
+		"merchant": o.Merchant, "id": o.ID, "charge": o.ChargeID, "kind": o.Kind, "processor": o.Processor,
+		"key": o.ProcessorKey, "amount": o.Amount, "currency": o.Currency, "payment_method": o.PaymentMethod, "psp": o.PSPReference,
 		"review_after": f.ReviewAfter, "check_after": f.CheckAfter, "refund": f.Refund != nil,
 	}).Scan(&at)
 	if err != nil {

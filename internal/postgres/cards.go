@@ -69,8 +69,8 @@ func (t *cardTx) InsertCharge(ctx context.Context, merchant uuid.UUID, c payment
 func (t *cardTx) InsertOperation(ctx context.Context, s carddb.Start) error {
 	o := s.Op
 	_, err := t.tx.Exec(ctx, insertOperationSQL, pgx.NamedArgs{
-		"merchant": o.Merchant, "id": o.ID, "charge": o.ChargeID, "kind": o.Kind, "key": o.ProcessorKey,
-		"amount": o.Amount, "currency": o.Currency, "payment_method": o.PaymentMethod, "capture": o.Capture,
+		"merchant": o.Merchant, "id": o.ID, "charge": o.ChargeID, "kind": o.Kind, "processor": o.Processor,
+		"key": o.ProcessorKey, "amount": o.Amount, "currency": o.Currency, "payment_method": o.PaymentMethod, "capture": o.Capture,
 		"decision_after": s.DecisionAfter, "check_after": s.CheckAfter,
 		"event_id": s.Event.ID, "event_type": s.Event.Type, "payload": s.Event.Payload,
 	})
@@ -210,10 +210,10 @@ func (s *CardDB) Status(ctx context.Context, merchant, id uuid.UUID) (carddb.Sta
 }
 
 // Claim leases the due operations in a short transaction of its own.
-func (s *CardDB) Claim(ctx context.Context, lease time.Duration, limit int) ([]carddb.Operation, error) {
+func (s *CardDB) Claim(ctx context.Context, processor string, lease time.Duration, limit int) ([]carddb.Operation, error) {
 	var ops []carddb.Operation
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, claimOperationsSQL, lease, limit)
+		rows, err := tx.Query(ctx, claimOperationsSQL, lease, limit, processor)
 		if err != nil {
 			return err
 		}
@@ -254,7 +254,7 @@ func (s *CardDB) Open(ctx context.Context) (carddb.OpenOperations, error) {
 // scanOperation reads a row of operationColumns followed by chargeColumns.
 func scanOperation(row pgx.Row, o *carddb.Operation) error {
 	var state string
-	dest := []any{&o.Merchant, &o.ID, &o.ChargeID, &o.Kind, &state, &o.ProcessorKey, &o.Amount, &o.Currency,
+	dest := []any{&o.Merchant, &o.ID, &o.ChargeID, &o.Kind, &state, &o.Processor, &o.ProcessorKey, &o.Amount, &o.Currency,
 		&o.PaymentMethod, &o.Capture, &o.PSPReference, &o.DecisionDeadline, &o.NextCheckAt, &o.Attempts,
 		&o.ReversalAttempts, &o.ReversalRound, &o.LastCode, &o.CreatedAt}
 	if err := row.Scan(append(dest, chargeDest(&o.Charge, &o.Now)...)...); err != nil {

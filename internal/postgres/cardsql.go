@@ -14,17 +14,17 @@ RETURNING created_at`
 	// the transaction's clock, and the charge's event.
 	insertOperationSQL = `
 WITH op AS (
-    INSERT INTO processor_operations (merchant_id, id, charge_id, kind, state, processor_key, amount, currency,
-                                      payment_method, capture, decision_deadline, next_check_at)
-    VALUES (@merchant, @id, @charge, @kind, 'processing', @key, @amount, @currency,
-            @payment_method, @capture, now() + @decision_after::interval, now() + @check_after::interval)
+    INSERT INTO processor_operations (merchant_id, id, charge_id, kind, state, processor, processor_key, amount,
+                                      currency, payment_method, capture, decision_deadline, next_check_at)
+    VALUES (@merchant, @id, @charge, @kind, 'processing', @processor, @key, @amount,
+            @currency, @payment_method, @capture, now() + @decision_after::interval, now() + @check_after::interval)
 )
 INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
 VALUES (@merchant, @event_id, 'charge', @charge, @event_type, @payload)`
 
 	// operationColumns are an operation's, for scanOperation, followed by
 	// its charge's (chargeColumns) through operationCharge.
-	operationColumns = `o.merchant_id, o.id, o.charge_id, o.kind, o.state, o.processor_key, o.amount, o.currency,
+	operationColumns = `o.merchant_id, o.id, o.charge_id, o.kind, o.state, coalesce(o.processor, ''), o.processor_key, o.amount, o.currency,
        o.payment_method, o.capture, coalesce(o.psp_reference, ''), o.decision_deadline, o.next_check_at, o.attempts,
        o.reversal_attempts, o.reversal_round, coalesce(o.last_code, ''), o.created_at, ch.*`
 
@@ -39,12 +39,13 @@ WHERE o.merchant_id = $1 AND o.id = $2`
 	operationByReferenceSQL = `SELECT ` + operationColumns + ` FROM processor_operations o ` + operationCharge + `
 WHERE o.id = $1 LIMIT 1`
 
-	// claimOperationsSQL leases the due operations, oldest due first,
-	// skipping those another claim holds.
+	// claimOperationsSQL leases the due operations of processor $3 (and
+	// those made before operations named their processor), oldest due
+	// first, skipping those another claim holds.
 	claimOperationsSQL = `
 WITH due AS (
     SELECT merchant_id, id FROM processor_operations
-    WHERE next_check_at <= now()
+    WHERE next_check_at <= now() AND (processor = $3 OR processor IS NULL)
     ORDER BY next_check_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED

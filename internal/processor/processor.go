@@ -70,6 +70,12 @@ var ErrUnknown = errors.New("processor: outcome unknown")
 // Processor is the port. Each writing operation takes the processor key of
 // our operation, so that a retry never does it twice.
 type Processor interface {
+	// Name identifies the processor (its kind and where, or which account):
+	// every operation records the one it was sent to, and only that one is
+	// ever asked about it again. Asked about an operation it never got,
+	// another would answer "not found", and a re-drive there would charge
+	// the card twice.
+	Name() string
 	Authorize(ctx context.Context, a Authorization) Result
 	Capture(ctx context.Context, key, pspReference string, amount int64) Result
 	Void(ctx context.Context, key, pspReference string) Result

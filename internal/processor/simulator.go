@@ -36,6 +36,10 @@ func NewSimulator(baseURL string, client *http.Client) *Simulator {
 
 var _ Processor = (*Simulator)(nil)
 
+// Name is "simulator" and the simulator's address: each simulator keeps its
+// own payments.
+func (s *Simulator) Name() string { return "simulator " + s.base }
+
 // Authorize asks for an authorization, captured now if a.Capture.
 func (s *Simulator) Authorize(ctx context.Context, a Authorization) Result {
 	body := map[string]any{"amount": a.Amount, "currency": a.Currency, "payment_method": a.PaymentMethod,

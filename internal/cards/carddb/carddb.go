@@ -42,6 +42,10 @@ type Operation struct {
 	Merchant, ID, ChargeID uuid.UUID
 	Kind                   string
 	State                  State
+	// Processor names the processor the operation was sent to
+	// (processor.Processor.Name); "" for one made before operations named
+	// theirs. Only that processor is ever asked about it.
+	Processor string
 	// ProcessorKey is the processor's idempotency key: derived from ID and
 	// Kind, the same on every attempt, never the merchant's key.
 	ProcessorKey     string
@@ -173,11 +177,12 @@ type Store interface {
 	// Status returns what a request bound to the operation answers from;
 	// a stored response only once the standby has it.
 	Status(ctx context.Context, merchant, id uuid.UUID) (Status, error)
-	// Claim leases up to limit operations due for a check (their
-	// NextCheckAt passed), skipping those another claim holds: each one's
+	// Claim leases up to limit operations of processor (and those that
+	// name none) due for a check (their NextCheckAt passed), skipping
+	// those another claim holds: each one's
 	// NextCheckAt moves lease ahead, committed before Claim returns, so
 	// the caller works on them holding nothing.
-	Claim(ctx context.Context, lease time.Duration, limit int) ([]Operation, error)
+	Claim(ctx context.Context, processor string, lease time.Duration, limit int) ([]Operation, error)
 	// RecordEvent records a processor's event that changes nothing, for
 	// the merchant's operation; it reports false when it was recorded
 	// before (a duplicate delivery).

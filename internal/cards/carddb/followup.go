@@ -26,8 +26,9 @@ const (
 // refund reads it, under the charge's row lock.
 type LockedCharge struct {
 	Charge payment.Charge
-	// PSPReference is the processor's reference of its authorization.
-	PSPReference string
+	// PSPReference is the processor's reference of its authorization, and
+	// Processor the processor it was sent to ("" if it names none).
+	PSPReference, Processor string
 	// Refunding is the amount of its refunds in flight (pending).
 	Refunding int64
 	// Settling is the kind of its capture or void in flight or in review,

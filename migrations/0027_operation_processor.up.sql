@@ -1,0 +1,13 @@
+-- Every operation at a processor records which processor it was sent to
+-- (processor.Processor.Name: the simulator and its address, later a
+-- processor and its account). Recovery claims only the operations of the
+-- processor the service is configured for, and a capture, void or refund of
+-- a charge authorized at another is refused (503 processor-not-configured):
+-- looked up at another processor, an authorization is "not found", and a
+-- re-drive there would charge the card a second time. An operation of a
+-- processor no replica is configured for stays open, counted by the open
+-- operations' gauge and its age alert, until one is.
+--
+-- NULL: an operation made before this column, by the only processor a
+-- deployment had; every processor's recovery takes it, as before.
+ALTER TABLE processor_operations ADD COLUMN processor text CHECK (processor <> '');
