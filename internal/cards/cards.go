@@ -207,11 +207,33 @@ func processorKey(id uuid.UUID, kind string) string {
 // reference is our reference of an operation, as the processor knows it.
 func reference(op carddb.Operation) string { return payment.FormatID(payment.PrefixCharge, op.ID) }
 
+// answered is the key's response as a transition stored it, and when: what
+// a call's goroutine hands the request that made the call, which then
+// reads nothing back.
+type answered struct {
+	resp     idempotency.Response
+	storedAt time.Time
+}
+
+// result is the request's result from a, not replayed.
+func (a answered) result() idempotency.Result {
+	return idempotency.Result{Response: a.resp, StoredAt: a.storedAt}
+}
+
+// answeredBy is what a written transition stored under the key, if any.
+func answeredBy(w carddb.Written, resp *idempotency.Response) (answered, bool) {
+	if !w.Applied || w.AnsweredAt.IsZero() || resp == nil {
+		return answered{}, false
+	}
+	return answered{resp: *resp, storedAt: w.AnsweredAt}, true
+}
+
 // call is phase 2 and 3 of a charge this request started: the processor's
 // answer, written with the outcome it brings. It runs on a context of its
-// own and closes the returned channel when done.
-func (c *Cards) call(op carddb.Operation) <-chan struct{} {
-	done := make(chan struct{})
+// own; the returned channel gets the key's response if its outcome stored
+// one, and is closed when done.
+func (c *Cards) call(op carddb.Operation) <-chan answered {
+	done := make(chan answered, 1)
 	c.calls.Add(1)
 	fetched := time.Now()
 	go func() {
@@ -220,7 +242,9 @@ func (c *Cards) call(op carddb.Operation) <-chan struct{} {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
 		res := c.opts.Processor.Authorize(ctx, authorization(op))
 		cancel()
-		c.settle(op, fetched, outcomeOf(res), carddb.Inbound{})
+		if a, ok := c.settle(op, fetched, outcomeOf(res), carddb.Inbound{}); ok {
+			done <- a
+		}
 	}()
 	return done
 }
@@ -231,26 +255,32 @@ func authorization(op carddb.Operation) processor.Authorization {
 }
 
 // settle applies an outcome to op on a context of its own, logging what it
-// could not write (recovery will look again: the operation stays open).
-func (c *Cards) settle(op carddb.Operation, fetched time.Time, o outcome, in carddb.Inbound) {
+// could not write (recovery will look again: the operation stays open), and
+// returns the key's response if it stored one.
+func (c *Cards) settle(op carddb.Operation, fetched time.Time, o outcome, in carddb.Inbound) (answered, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.apply(ctx, op, fetched, o, in); err != nil {
+	a, ok, err := c.applyAnswered(ctx, op, fetched, o, in)
+	if err != nil {
 		c.opts.Log.Warn("processor outcome not written; recovery will look again",
 			"charge_id", reference(op), "outcome", o.kind, "error", err)
 	}
+	return a, ok
 }
 
 // await answers a request bound to operation id: the key's response once
 // stored, for up to wait; else the charge as it stands, with the operation
-// (nothing stored). The request that made the call (wake set) reads first
-// when its call has ended, a retry at once; then both every Poll.
-func (c *Cards) await(ctx context.Context, merchant, id uuid.UUID, wait time.Duration, wake <-chan struct{}, replayed bool) (idempotency.Result, *payment.Charge, error) {
+// (nothing stored). The request that made the call (wake set) is handed the
+// response its call stored, or reads first when its call has ended without
+// one; a retry reads at once; then both every Poll.
+func (c *Cards) await(ctx context.Context, merchant, id uuid.UUID, wait time.Duration, wake <-chan answered, replayed bool) (idempotency.Result, *payment.Charge, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	// The request that made the call hears when its outcome is written
 	// (wake): it reads nothing before, so that a request waiting for the
-	// processor holds no connection and costs the database nothing.
+	// processor holds no connection and costs the database nothing, and
+	// nothing after when the outcome stored the key's response (the
+	// transition's commit was confirmed by the standby like any other).
 	last := false
 	if wake != nil {
 		select {
@@ -258,7 +288,10 @@ func (c *Cards) await(ctx context.Context, merchant, id uuid.UUID, wait time.Dur
 			return idempotency.Result{}, nil, ctx.Err()
 		case <-deadline.C:
 			last = true
-		case <-wake:
+		case a, ok := <-wake:
+			if ok {
+				return a.result(), nil, nil
+			}
 		}
 	}
 	tick := time.NewTicker(c.opts.Poll)

@@ -144,33 +144,41 @@ var events = map[payment.ChargeStatus]string{
 // op again and decides afresh. fetched is when op was read, by the local
 // clock.
 func (c *Cards) apply(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome, in carddb.Inbound) error {
+	_, _, err := c.applyAnswered(ctx, op, fetched, o, in)
+	return err
+}
+
+// applyAnswered is apply, and returns the key's response if the transition
+// it wrote stored one.
+func (c *Cards) applyAnswered(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome, in carddb.Inbound) (answered, bool, error) {
 	for range 3 {
 		t, ok := c.decide(op, o)
 		if !ok {
 			if in.ID != "" {
 				_, err := c.store.RecordEvent(ctx, op.Merchant, op.ID, in)
-				return err
+				return answered{}, false, err
 			}
-			return nil
+			return answered{}, false, nil
 		}
 		t.Inbound = in
 		if err := c.complete(&t); err != nil {
-			return err
+			return answered{}, false, err
 		}
-		done, err := c.store.Transition(ctx, t)
+		w, err := c.store.Transition(ctx, t)
 		switch {
 		case err != nil:
-			return err
-		case done:
+			return answered{}, false, err
+		case w.Applied:
 			c.observe(op, fetched, t)
-			return nil
+			a, ok := answeredBy(w, t.Answer)
+			return a, ok, nil
 		}
 		if op, err = c.store.Operation(ctx, op.Merchant, op.ID); err != nil {
-			return err
+			return answered{}, false, err
 		}
 		fetched = time.Now()
 	}
-	return errLost
+	return answered{}, false, errLost
 }
 
 // complete adds to a change of state its event and, for a final charge, the

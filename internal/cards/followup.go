@@ -196,9 +196,10 @@ func followUpKey(id uuid.UUID, kind string) string {
 }
 
 // callFollowUp is phase 2 and 3 of an operation this request started, on
-// a context of its own; it closes the returned channel when done.
-func (c *Cards) callFollowUp(op carddb.Operation) <-chan struct{} {
-	done := make(chan struct{})
+// a context of its own; the returned channel gets the key's response if its
+// outcome stored one, and is closed when done.
+func (c *Cards) callFollowUp(op carddb.Operation) <-chan answered {
+	done := make(chan answered, 1)
 	c.calls.Add(1)
 	fetched := time.Now()
 	go func() {
@@ -209,9 +210,13 @@ func (c *Cards) callFollowUp(op carddb.Operation) <-chan struct{} {
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := c.applyFollowUp(ctx, op, fetched, outcomeOf(res)); err != nil {
+		a, ok, err := c.applyFollowUpAnswered(ctx, op, fetched, outcomeOf(res))
+		if err != nil {
 			c.opts.Log.Warn("processor outcome not written; recovery will look again",
 				"charge_id", payment.FormatID(payment.PrefixCharge, op.ChargeID), "operation", op.Kind, "error", err)
+		}
+		if ok {
+			done <- a
 		}
 	}()
 	return done
@@ -232,25 +237,33 @@ func (c *Cards) send(ctx context.Context, op carddb.Operation) processor.Result 
 // applyFollowUp writes the change o brings to op, a compare-and-set: when op
 // changed meanwhile, it reads op again and decides afresh.
 func (c *Cards) applyFollowUp(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome) error {
+	_, _, err := c.applyFollowUpAnswered(ctx, op, fetched, o)
+	return err
+}
+
+// applyFollowUpAnswered is applyFollowUp, and returns the key's response if
+// the change it wrote stored one.
+func (c *Cards) applyFollowUpAnswered(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome) (answered, bool, error) {
 	for range 3 {
 		st, ok, err := c.decideFollowUp(op, o, op.Now.Add(time.Since(fetched)))
 		if err != nil || !ok {
-			return err
+			return answered{}, false, err
 		}
-		done, err := c.store.Settle(ctx, st)
+		w, err := c.store.Settle(ctx, st)
 		switch {
 		case err != nil:
-			return err
-		case done:
+			return answered{}, false, err
+		case w.Applied:
 			c.observeFollowUp(op, fetched, st)
-			return nil
+			a, ok := answeredBy(w, st.Answer)
+			return a, ok, nil
 		}
 		if op, err = c.store.Operation(ctx, op.Merchant, op.ID); err != nil {
-			return err
+			return answered{}, false, err
 		}
 		fetched = time.Now()
 	}
-	return errLost
+	return answered{}, false, errLost
 }
 
 // decideFollowUp returns the change o brings to op at now, and false when

@@ -2,11 +2,14 @@ package cards_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/exactlyonce/payments/internal/cards"
 )
@@ -224,4 +227,64 @@ func Test5xxBeforeIsRedrivenThenFailsPastTheDeadline(t *testing.T) {
 	}
 	wantEvents(t, r, "charge.processing", "charge.failed")
 	requireReplay(t, b, "k-5xx-before", "pm_card_5xx_before", final)
+}
+
+// TestAnsweredChargeTakesTwoConnections: a charge the processor answers
+// within the wait takes a pooled connection twice, for its keyed write and
+// for the transition that stores its response, which the call hands to the
+// waiting request: no read of the response back. A capture likewise, with
+// the read that tells a card charge's capture from an account charge's, and
+// the confirmation round that read may take (postgres/confirmed.go): at
+// most 4. The store's notifier takes one for each NOTIFY it sends after
+// events commit (paced, asynchronous): the test listens and counts them
+// apart.
+func TestAnsweredChargeTakesTwoConnections(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	// Recovery runs once at its start, then not for an hour: nothing else
+	// takes a connection while the test counts.
+	b := setup(t, cards.Options{Interval: time.Hour})
+	listener, err := pgx.Connect(ctx, b.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	if _, err := listener.Exec(ctx, "LISTEN payments_events"); err != nil {
+		t.Fatal(err)
+	}
+	// notifies counts the NOTIFYs received until none came for 300 ms.
+	notifies := func() int64 {
+		var n int64
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err := listener.WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				return n
+			}
+			n++
+		}
+	}
+	warm := b.charge(t, "k-warm", "pm_card_approve") // the API key is read, then cached
+	if warm.status != http.StatusCreated {
+		t.Fatalf("charge: %d %s", warm.status, warm.body)
+	}
+	notifies()
+	pool := b.api.Service.Pool()
+	counted := func(name, path, key, body string, status int, most int64) answer {
+		t.Helper()
+		before := pool.Stat().AcquireCount()
+		a := b.post(t, path, key, body)
+		if a.status != status {
+			t.Fatalf("%s: %d %s, want %d", name, a.status, a.body, status)
+		}
+		sent := notifies()
+		if n := pool.Stat().AcquireCount() - before - sent; n > most {
+			t.Errorf("%s: %d connections taken from the pool (and %d for NOTIFY), want at most %d", name, n, sent, most)
+		}
+		return a
+	}
+	auth := counted("authorization", "/v1/charges", "k-auth",
+		`{"payment_method": "pm_card_approve", "amount": 1000, "currency": "EUR", "capture": false}`, http.StatusCreated, 2)
+	counted("capture", "/v1/charges/"+chargeID(t, auth)+"/capture", "k-capture", `{}`, http.StatusOK, 4)
 }

@@ -80,11 +80,11 @@ func (c *Cards) Resolve(ctx context.Context, s Settlement) (payment.Charge, erro
 		return payment.Charge{}, err
 	}
 	t.Resolution = &carddb.Resolution{ID: payment.NewID(), As: string(s.As), Reason: s.Reason, Operator: s.Operator}
-	done, err := c.store.Transition(ctx, t)
+	w, err := c.store.Transition(ctx, t)
 	if err != nil {
 		return payment.Charge{}, err
 	}
-	if !done {
+	if !w.Applied {
 		// Nothing but a settlement leaves review: another one won.
 		if op, err = c.store.Operation(ctx, op.Merchant, op.ID); err != nil {
 			return payment.Charge{}, err

@@ -85,8 +85,9 @@ WITH op AS (
         body_encoding = @answer_encoding::text, created_at = clock_timestamp()
     WHERE merchant_id = @merchant AND operation_id = @id AND status IS NULL
       AND @answer_status::smallint > 0 AND EXISTS (SELECT FROM op)
+    RETURNING created_at
 )
-SELECT count(*) FROM op`
+SELECT (SELECT count(*) FROM op), (SELECT created_at FROM answer)`
 
 	refundByOwnIDSQL = `SELECT ` + refundColumns + ` FROM refunds WHERE merchant_id = $1 AND id = $2`
 )
@@ -130,24 +131,37 @@ func (t *cardTx) InsertFollowUp(ctx context.Context, f carddb.FollowUp) (time.Ti
 // Settle writes s if its operation is still in s.From. When it stores the
 // key's response, it takes the key's advisory lock first, as Transition
 // does.
-func (s *CardDB) Settle(ctx context.Context, st carddb.Settlement) (bool, error) {
+func (s *CardDB) Settle(ctx context.Context, st carddb.Settlement) (carddb.Written, error) {
 	args := settleArgs(st)
-	var applied int
+	var (
+		applied    int
+		answeredAt *time.Time
+	)
 	err := s.inTxRetried(ctx, func(tx pgx.Tx) error {
 		if st.Answer != nil {
 			if _, err := tx.Exec(ctx, lockOperationKeySQL, st.Merchant, st.Operation); err != nil {
 				return fmt.Errorf("lock the operation's key: %w", err)
 			}
 		}
-		return tx.QueryRow(ctx, settleFollowUpSQL, args).Scan(&applied)
+		return tx.QueryRow(ctx, settleFollowUpSQL, args).Scan(&applied, &answeredAt)
 	})
 	if err != nil {
-		return false, asUnavailable(fmt.Errorf("processor operation %s to %s: %w", st.From, st.To, err))
+		return carddb.Written{}, asUnavailable(fmt.Errorf("processor operation %s to %s: %w", st.From, st.To, err))
 	}
 	if applied > 0 && st.Event.Type != "" {
 		s.eventsCommitted()
 	}
-	return applied > 0, nil
+	return written(applied, answeredAt), nil
+}
+
+// written is what a compare-and-set reports: applied, and when it stored
+// the key's response.
+func written(applied int, answeredAt *time.Time) carddb.Written {
+	w := carddb.Written{Applied: applied > 0}
+	if w.Applied && answeredAt != nil {
+		w.AnsweredAt = *answeredAt
+	}
+	return w
 }
 
 func settleArgs(st carddb.Settlement) pgx.NamedArgs {

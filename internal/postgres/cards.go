@@ -98,16 +98,19 @@ func (s *CardDB) OperationByReference(ctx context.Context, id uuid.UUID) (o card
 // Transition writes t if its operation is still in t.From. When it stores
 // the key's response, it takes the key's advisory lock first, as every
 // writer of a key's row does (internal/charging/charging.go: lock order).
-func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (bool, error) {
+func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (carddb.Written, error) {
 	args := transitionArgs(t)
-	var applied, inbound int
+	var (
+		applied, inbound int
+		answeredAt       *time.Time
+	)
 	err := s.inTxRetried(ctx, func(tx pgx.Tx) error {
 		if t.Answer != nil {
 			if _, err := tx.Exec(ctx, lockOperationKeySQL, t.Merchant, t.Operation); err != nil {
 				return fmt.Errorf("lock the operation's key: %w", err)
 			}
 		}
-		if err := tx.QueryRow(ctx, transitionSQL, args).Scan(&applied, &inbound); err != nil {
+		if err := tx.QueryRow(ctx, transitionSQL, args).Scan(&applied, &inbound, &answeredAt); err != nil {
 			return err
 		}
 		if t.Inbound.ID != "" && applied == 0 {
@@ -122,16 +125,16 @@ func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (bool, err
 	})
 	switch {
 	case errors.Is(err, errNotApplied) && inbound == 0:
-		return false, carddb.ErrDuplicateEvent
+		return carddb.Written{}, carddb.ErrDuplicateEvent
 	case errors.Is(err, errNotApplied):
-		return false, nil
+		return carddb.Written{}, nil
 	case err != nil:
-		return false, asUnavailable(fmt.Errorf("processor operation %s to %s: %w", t.From, t.To, err))
+		return carddb.Written{}, asUnavailable(fmt.Errorf("processor operation %s to %s: %w", t.From, t.To, err))
 	}
 	if applied > 0 && t.Event.Type != "" {
 		s.eventsCommitted()
 	}
-	return applied > 0, nil
+	return written(applied, answeredAt), nil
 }
 
 // insertResolution writes the audit row of the operator's settlement that

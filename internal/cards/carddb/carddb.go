@@ -152,6 +152,15 @@ type Inbound struct{ ID, Type string }
 // already.
 var ErrDuplicateEvent = errors.New("carddb: the processor's event was recorded before")
 
+// Written is what a compare-and-set (Transition, Settle) did: whether it
+// was applied, and, when it stored the key's response, when (by the
+// database's clock); zero when it stored none (none was given, or the key
+// had one).
+type Written struct {
+	Applied    bool
+	AnsweredAt time.Time
+}
+
 // Status is what a request bound to an operation answers from: the key's
 // response once stored, and the charge as it stands.
 type Status struct {
@@ -173,7 +182,7 @@ type Store interface {
 	OperationByReference(ctx context.Context, id uuid.UUID) (Operation, error)
 	// Transition writes t if the operation is still in t.From, and reports
 	// whether it did.
-	Transition(ctx context.Context, t Transition) (bool, error)
+	Transition(ctx context.Context, t Transition) (Written, error)
 	// Status returns what a request bound to the operation answers from;
 	// a stored response only once the standby has it.
 	Status(ctx context.Context, merchant, id uuid.UUID) (Status, error)

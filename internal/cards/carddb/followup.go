@@ -90,7 +90,7 @@ type Settlement struct {
 type FollowUps interface {
 	// Settle writes s if the operation is still in s.From, and reports
 	// whether it did.
-	Settle(ctx context.Context, s Settlement) (bool, error)
+	Settle(ctx context.Context, s Settlement) (Written, error)
 	// Refund returns the merchant's refund, or payment.ErrNotFound.
 	Refund(ctx context.Context, merchant, id uuid.UUID) (payment.Refund, error)
 }
