@@ -205,6 +205,10 @@ func Connect(ctx context.Context, databaseURL string, opts Options) (*DB, error)
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(int64((opts.KeyWait+time.Millisecond-1)/time.Millisecond), 10)
 	cfg.ConnConfig.RuntimeParams["application_name"] = "payments"
 	cfg.ConnConfig.OnNotice = onNotice
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		registerUUID(c.TypeMap())
+		return nil
+	}
 	// After a failover the old primary comes back as a standby. A connection
 	// to it (every host of a multi-host DATABASE_URL with
 	// target_session_attrs=read-write is checked when connecting, not after)
