@@ -131,27 +131,47 @@ func (t *cardTx) InsertFollowUp(ctx context.Context, f carddb.FollowUp) (time.Ti
 // Settle writes s if its operation is still in s.From. When it stores the
 // key's response, it takes the key's advisory lock first, as Transition
 // does.
+//
+// It goes in one round trip (pipelined.go): not applied, it wrote nothing,
+// and its COMMIT commits nothing.
 func (s *CardDB) Settle(ctx context.Context, st carddb.Settlement) (carddb.Written, error) {
-	args := settleArgs(st)
 	var (
 		applied    int
 		answeredAt *time.Time
 	)
-	err := s.inTxRetried(ctx, func(tx pgx.Tx) error {
-		if st.Answer != nil {
-			if _, err := tx.Exec(ctx, lockOperationKeySQL, st.Merchant, st.Operation); err != nil {
+	return s.compareAndSet(ctx, st.Merchant, st.Operation, st.Answer != nil, settleFollowUpSQL, settleArgs(st), st.Event.Type != "",
+		func(row pgx.Row) error { return row.Scan(&applied, &answeredAt) }, &applied, &answeredAt,
+		fmt.Sprintf("processor operation %s to %s", st.From, st.To))
+}
+
+// compareAndSet runs one compare-and-set statement (sql with args, whose
+// row scan reads) in one round trip with its transaction: first, when it
+// stores the key's response (lockKey), the key's advisory lock, as every
+// writer of a key's row takes it (internal/charging/charging.go: lock
+// order). applied and answeredAt are what scan fills; events says whether
+// the statement writes an event when applied.
+func (s *CardDB) compareAndSet(ctx context.Context, merchant, op uuid.UUID, lockKey bool, sql string, args pgx.NamedArgs, events bool,
+	scan func(pgx.Row) error, applied *int, answeredAt **time.Time, what string) (carddb.Written, error) {
+	var stmts []*pgx.QueuedQuery
+	if lockKey {
+		stmts = append(stmts, &pgx.QueuedQuery{SQL: lockOperationKeySQL, Arguments: []any{merchant, op}})
+	}
+	stmts = append(stmts, &pgx.QueuedQuery{SQL: sql, Arguments: []any{args}})
+	err := s.pipelined(ctx, stmts, func(br pgx.BatchResults) error {
+		if lockKey {
+			if _, err := br.Exec(); err != nil {
 				return fmt.Errorf("lock the operation's key: %w", err)
 			}
 		}
-		return tx.QueryRow(ctx, settleFollowUpSQL, args).Scan(&applied, &answeredAt)
+		return scan(br.QueryRow())
 	})
 	if err != nil {
-		return carddb.Written{}, asUnavailable(fmt.Errorf("processor operation %s to %s: %w", st.From, st.To, err))
+		return carddb.Written{}, asUnavailable(fmt.Errorf("%s: %w", what, err))
 	}
-	if applied > 0 && st.Event.Type != "" {
+	if *applied > 0 && events {
 		s.eventsCommitted()
 	}
-	return written(applied, answeredAt), nil
+	return written(*applied, *answeredAt), nil
 }
 
 // written is what a compare-and-set reports: applied, and when it stored

@@ -98,12 +98,21 @@ func (s *CardDB) OperationByReference(ctx context.Context, id uuid.UUID) (o card
 // Transition writes t if its operation is still in t.From. When it stores
 // the key's response, it takes the key's advisory lock first, as every
 // writer of a key's row does (internal/charging/charging.go: lock order).
+//
+// A transition that brings no processor's event and no operator's
+// settlement goes in one round trip (pipelined.go): not applied, it wrote
+// nothing, and its COMMIT commits nothing.
 func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (carddb.Written, error) {
 	args := transitionArgs(t)
 	var (
 		applied, inbound int
 		answeredAt       *time.Time
 	)
+	if t.Inbound.ID == "" && t.Resolution == nil {
+		return s.compareAndSet(ctx, t.Merchant, t.Operation, t.Answer != nil, transitionSQL, args, t.Event.Type != "",
+			func(row pgx.Row) error { return row.Scan(&applied, &inbound, &answeredAt) }, &applied, &answeredAt,
+			fmt.Sprintf("processor operation %s to %s", t.From, t.To))
+	}
 	err := s.inTxRetried(ctx, func(tx pgx.Tx) error {
 		if t.Answer != nil {
 			if _, err := tx.Exec(ctx, lockOperationKeySQL, t.Merchant, t.Operation); err != nil {

@@ -1,8 +1,11 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // WithoutKeys makes s run charge batches with the idempotency key taken out:
@@ -34,4 +37,21 @@ func (s *ChargeDB) WithoutKeys() error {
 	}
 	s.chargeSQL = st
 	return nil
+}
+
+// Pipelined runs stmts in one round trip with their transaction
+// (pipelined.go), each read by Exec.
+func (s *DB) Pipelined(ctx context.Context, stmts ...string) error {
+	qs := make([]*pgx.QueuedQuery, len(stmts))
+	for i, sql := range stmts {
+		qs[i] = &pgx.QueuedQuery{SQL: sql}
+	}
+	return s.pipelined(ctx, qs, func(br pgx.BatchResults) error {
+		for range stmts {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
