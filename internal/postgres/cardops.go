@@ -42,7 +42,8 @@ SELECT ` + chargeColumns + `, coalesce(c.psp_reference, ''),
 FROM charges c WHERE c.merchant_id = $1 AND c.id = $2`
 
 	// insertFollowUpSQL inserts the operation, its bounds counted from the
-	// transaction's clock, and a refund's row, pending, with that clock.
+	// transaction's clock, and a refund's row, pending, with that clock
+	// (which the key's claim returned).
 	insertFollowUpSQL = `
 WITH op AS (
     INSERT INTO processor_operations (merchant_id, id, charge_id, kind, state, processor, processor_key, amount,
@@ -99,7 +100,7 @@ func (t *cardTx) LockCardCharge(ctx context.Context, merchant, id uuid.UUID) (ca
 		l   carddb.LockedCharge
 		one int
 	)
-	err := t.tx.QueryRow(ctx, lockCardChargeSQL, merchant, id).Scan(&one)
+	err := t.q.QueryRow(ctx, lockCardChargeSQL, merchant, id).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return carddb.LockedCharge{}, payment.ErrNotFound
 	}
@@ -107,25 +108,23 @@ func (t *cardTx) LockCardCharge(ctx context.Context, merchant, id uuid.UUID) (ca
 		return carddb.LockedCharge{}, fmt.Errorf("lock card charge: %w", err)
 	}
 	dest := append(chargeDest(&l.Charge, &l.Now), &l.PSPReference, &l.Processor, &l.Refunding, &l.Settling)
-	if err := t.tx.QueryRow(ctx, cardChargeSQL, merchant, id).Scan(dest...); err != nil {
+	if err := t.q.QueryRow(ctx, cardChargeSQL, merchant, id).Scan(dest...); err != nil {
 		return carddb.LockedCharge{}, fmt.Errorf("read card charge: %w", err)
 	}
 	return l, nil
 }
 
-// InsertFollowUp inserts the operation, and a refund's row, pending.
-func (t *cardTx) InsertFollowUp(ctx context.Context, f carddb.FollowUp) (time.Time, error) {
+// InsertFollowUp inserts the operation, and a refund's row, pending, with
+// the commit (keyTx.defer_); it returns the transaction's clock, which the
+// claim read.
+func (t *cardTx) InsertFollowUp(_ context.Context, f carddb.FollowUp) (time.Time, error) {
 	o := f.Op
-	var at time.Time
-	err := t.tx.QueryRow(ctx, insertFollowUpSQL, pgx.NamedArgs{
+	t.defer_(insertFollowUpSQL, pgx.NamedArgs{
 		"merchant": o.Merchant, "id": o.ID, "charge": o.ChargeID, "kind": o.Kind, "processor": o.Processor,
 		"key": o.ProcessorKey, "amount": o.Amount, "currency": o.Currency, "payment_method": o.PaymentMethod, "psp": o.PSPReference,
 		"review_after": f.ReviewAfter, "check_after": f.CheckAfter, "refund": f.Refund != nil,
-	}).Scan(&at)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("insert processor %s: %w", o.Kind, err)
-	}
-	return at, nil
+	})
+	return t.now, nil
 }
 
 // Settle writes s if its operation is still in s.From. When it stores the

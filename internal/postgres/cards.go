@@ -54,29 +54,24 @@ func (t *cardTx) Commit(ctx context.Context) error {
 	return nil
 }
 
-// InsertCharge inserts the card charge in processing.
-func (t *cardTx) InsertCharge(ctx context.Context, merchant uuid.UUID, c payment.Charge) (time.Time, error) {
-	var at time.Time
-	err := t.tx.QueryRow(ctx, insertCardChargeSQL, merchant, c.ID, c.PaymentMethod, c.Amount, c.Currency,
-		c.Description, nonNil(c.Metadata)).Scan(&at)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("insert card charge: %w", err)
-	}
-	return at, nil
+// InsertCharge inserts the card charge in processing, with the commit
+// (keyTx.defer_): its created_at is the transaction's clock, which the claim
+// read.
+func (t *cardTx) InsertCharge(_ context.Context, merchant uuid.UUID, c payment.Charge) (time.Time, error) {
+	t.defer_(insertCardChargeSQL, merchant, c.ID, c.PaymentMethod, c.Amount, c.Currency, c.Description, nonNil(c.Metadata))
+	return t.now, nil
 }
 
-// InsertOperation inserts the charge's operation and its event.
-func (t *cardTx) InsertOperation(ctx context.Context, s carddb.Start) error {
+// InsertOperation inserts the charge's operation and its event, with the
+// commit.
+func (t *cardTx) InsertOperation(_ context.Context, s carddb.Start) error {
 	o := s.Op
-	_, err := t.tx.Exec(ctx, insertOperationSQL, pgx.NamedArgs{
+	t.defer_(insertOperationSQL, pgx.NamedArgs{
 		"merchant": o.Merchant, "id": o.ID, "charge": o.ChargeID, "kind": o.Kind, "processor": o.Processor,
 		"key": o.ProcessorKey, "amount": o.Amount, "currency": o.Currency, "payment_method": o.PaymentMethod, "capture": o.Capture,
 		"decision_after": s.DecisionAfter, "check_after": s.CheckAfter,
 		"event_id": s.Event.ID, "event_type": s.Event.Type, "payload": s.Event.Payload,
 	})
-	if err != nil {
-		return fmt.Errorf("insert processor operation: %w", err)
-	}
 	t.events = true
 	return nil
 }

@@ -103,6 +103,11 @@ func (s *DB) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
+	if k.tx, err = k.conn.Begin(ctx); err != nil {
+		k.conn.Release()
+		return nil, keyError(fmt.Errorf("begin: %w", err))
+	}
+	k.q = k.tx
 	return &confirmedTx{Tx: k.tx, k: k}, nil
 }
 

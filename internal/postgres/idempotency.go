@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -28,7 +29,7 @@ WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2
 INSERT INTO idempotency_keys (merchant_id, key, fingerprint)
 SELECT $1::uuid, $2, $3 FROM lock
 ON CONFLICT (merchant_id, key) DO NOTHING
-RETURNING true`
+RETURNING true, now()`
 
 	lookupKeySQL = `
 SELECT fingerprint, status, coalesce(location, ''), body, body_encoding, operation_id, created_at,
@@ -66,7 +67,7 @@ func (s *Keys) BeginKeyed(ctx context.Context) (idempotency.Tx[payment.Ledger], 
 		return nil, err
 	}
 	t := &ledgerTx{keyTx: k}
-	t.l.q = k.tx
+	t.l.q = k.q
 	return t, nil
 }
 
@@ -94,10 +95,26 @@ func (t *ledgerTx) Commit(ctx context.Context) error {
 // contract's: idempotency.ErrConflict for a deadlock or a serialization
 // failure, idempotency.ErrKeyInUse for a key lock that stayed held, and
 // payment.ErrUnavailable for a database that is not there.
+//
+// Its round trips are as few as the algorithm allows: its BEGIN goes with
+// the claim, its first statement, and the statements whose answer nobody
+// reads (a key's binding, an operation's rows; defer) go with its COMMIT.
+// PostgreSQL runs a pipeline in order and skips the rest of it after a
+// statement fails, COMMIT included (pipelined.go): a deferred statement
+// that fails fails the commit, and the transaction is rolled back.
 type keyTx struct {
 	db   *db
 	conn *pgxpool.Conn
-	tx   pgx.Tx
+	// q runs the transaction's statements: the connection, once the claim
+	// has begun the transaction, or tx.
+	q querier
+	// tx is the transaction DB.Begin began (nil for a keyed write, which
+	// begins with its claim).
+	tx       pgx.Tx
+	begun    bool
+	deferred []*pgx.QueuedQuery
+	// now is the transaction's clock (now()), read by the claim.
+	now  time.Time
 	done bool
 }
 
@@ -106,12 +123,13 @@ func (s *db) beginKeyTx(ctx context.Context) (*keyTx, error) {
 	if err != nil {
 		return nil, keyError(err)
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		conn.Release()
-		return nil, keyError(fmt.Errorf("begin: %w", err))
-	}
-	return &keyTx{db: s, conn: conn, tx: tx}, nil
+	return &keyTx{db: s, conn: conn, q: conn.Conn()}, nil
+}
+
+// defer queues sql with args to run just before the commit, in its round
+// trip.
+func (t *keyTx) defer_(sql string, args ...any) {
+	t.deferred = append(t.deferred, &pgx.QueuedQuery{SQL: sql, Arguments: args})
 }
 
 // WorkError turns an error of the work's statements into the key
@@ -129,9 +147,11 @@ func keyError(err error) error {
 // Claim inserts the key row. If a committed row exists it reports false; if
 // an uncommitted one exists, the key's advisory lock makes the insert wait
 // for that transaction (bounded by lock_timeout) and then decide.
+//
+// It begins the transaction, in the same round trip, when nothing has.
 func (t *keyTx) Claim(ctx context.Context, req idempotency.Request) (bool, error) {
 	var claimed bool
-	err := t.tx.QueryRow(ctx, claimKeySQL, req.MerchantID, req.Key, req.Fingerprint[:]).Scan(&claimed)
+	err := t.claim(ctx, req).Scan(&claimed, &t.now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
@@ -143,6 +163,45 @@ func (t *keyTx) Claim(ctx context.Context, req idempotency.Request) (bool, error
 	return true, nil
 }
 
+// claim runs claimKeySQL, after BEGIN in one round trip if the transaction
+// has not begun.
+func (t *keyTx) claim(ctx context.Context, req idempotency.Request) pgx.Row {
+	args := []any{req.MerchantID, req.Key, req.Fingerprint[:]}
+	if t.begun || t.tx != nil {
+		return t.q.QueryRow(ctx, claimKeySQL, args...)
+	}
+	t.begun = true
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(claimKeySQL, args...)
+	br := t.conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return errRow{fmt.Errorf("begin: %w", err)}
+	}
+	return batchRow{row: br.QueryRow(), br: br}
+}
+
+// batchRow is the row of a batch's last statement: scanning it closes the
+// batch.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// errRow is a row that is an error.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
 // Lookup reads the row under req's key, its body decoded.
 func (t *keyTx) Lookup(ctx context.Context, req idempotency.Request, ttl time.Duration) (idempotency.Stored, error) {
 	var (
@@ -151,7 +210,7 @@ func (t *keyTx) Lookup(ctx context.Context, req idempotency.Request, ttl time.Du
 		encoding *string
 		op       pgtype.UUID
 	)
-	err := t.tx.QueryRow(ctx, lookupKeySQL, req.MerchantID, req.Key, ttl).
+	err := t.q.QueryRow(ctx, lookupKeySQL, req.MerchantID, req.Key, ttl).
 		Scan(&st.Fingerprint, &status, &st.Response.Location, &st.Response.Body, &encoding, &op, &st.StoredAt, &st.Expired)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -175,7 +234,7 @@ func (t *keyTx) Lookup(ctx context.Context, req idempotency.Request, ttl time.Du
 
 // DeleteExpired deletes the key's row if it is still older than ttl.
 func (t *keyTx) DeleteExpired(ctx context.Context, req idempotency.Request, ttl time.Duration) error {
-	if _, err := t.tx.Exec(ctx, deleteExpiredKeySQL, req.MerchantID, req.Key, ttl); err != nil {
+	if _, err := t.q.Exec(ctx, deleteExpiredKeySQL, req.MerchantID, req.Key, ttl); err != nil {
 		return keyError(fmt.Errorf("delete expired key: %w", err))
 	}
 	return nil
@@ -185,54 +244,80 @@ func (t *keyTx) DeleteExpired(ctx context.Context, req idempotency.Request, ttl 
 func (t *keyTx) Store(ctx context.Context, req idempotency.Request, resp idempotency.Response) (time.Time, error) {
 	body, encoding := encodeBody(resp.Body)
 	var storedAt time.Time
-	if err := t.tx.QueryRow(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, body, encoding).Scan(&storedAt); err != nil {
+	if err := t.q.QueryRow(ctx, storeResponseSQL, req.MerchantID, req.Key, resp.Status, resp.Location, body, encoding).Scan(&storedAt); err != nil {
 		return time.Time{}, keyError(fmt.Errorf("store response: %w", err))
 	}
 	return storedAt, nil
 }
 
 // Bind binds the claimed key to op: the row keeps no response until the
-// operation's store answers it (answerKeySQL).
-func (t *keyTx) Bind(ctx context.Context, req idempotency.Request, op uuid.UUID) error {
-	if _, err := t.tx.Exec(ctx, bindKeySQL, req.MerchantID, req.Key, op); err != nil {
-		return keyError(fmt.Errorf("bind key: %w", err))
-	}
+// operation's store answers it (answerKeySQL). It runs with the commit.
+func (t *keyTx) Bind(_ context.Context, req idempotency.Request, op uuid.UUID) error {
+	t.defer_(bindKeySQL, req.MerchantID, req.Key, op)
 	return nil
 }
 
 // Confirm makes the commit wait for the standby (durable.go): a stored
-// response is answered only once the standby has it.
-func (t *keyTx) Confirm(ctx context.Context) error {
-	if _, err := t.tx.Exec(ctx, confirmSQL); err != nil {
-		return keyError(fmt.Errorf("confirm stored key: %w", err))
-	}
+// response is answered only once the standby has it. It runs with the
+// commit.
+func (t *keyTx) Confirm(context.Context) error {
+	t.defer_(confirmSQL)
 	return nil
 }
 
-// Commit commits, on no request's context and confirmed by the synchronous
-// standby, if any (durable.go).
+// Commit runs the deferred statements and commits, in one round trip, on no
+// request's context and confirmed by the synchronous standby, if any
+// (durable.go).
 func (t *keyTx) Commit(ctx context.Context) error {
 	commitCtx, cancel := t.db.commitContext(ctx)
 	defer cancel()
-	takeWarning(t.conn.Conn().PgConn())
-	err := t.tx.Commit(commitCtx)
+	pg := t.conn.Conn().PgConn()
+	takeWarning(pg)
+	var err error
+	if t.tx != nil && len(t.deferred) == 0 {
+		err = t.tx.Commit(commitCtx)
+	} else {
+		err = t.commitDeferred(commitCtx)
+	}
 	t.done = true
 	if err != nil {
 		return keyError(err)
 	}
-	if n := takeWarning(t.conn.Conn().PgConn()); n != nil {
+	if n := takeWarning(pg); n != nil {
 		return errNotConfirmed(n)
 	}
 	return nil
 }
 
+// commitDeferred sends the deferred statements and COMMIT at once. On an
+// error the transaction is left to Close, which rolls it back.
+func (t *keyTx) commitDeferred(ctx context.Context) error {
+	b := &pgx.Batch{QueuedQueries: t.deferred}
+	b.Queue("COMMIT")
+	br := t.conn.SendBatch(ctx, b)
+	var err error
+	for i := 0; i < len(t.deferred) && err == nil; i++ {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
+			err = errCommitRolledBack
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // Close rolls back unless the transaction committed, and releases the
 // connection (closed, if the rollback failed).
 func (t *keyTx) Close() {
-	if !t.done {
+	if pg := t.conn.Conn().PgConn(); pg.TxStatus() != 'I' {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_ = t.tx.Rollback(ctx)
+		_, _ = t.conn.Exec(ctx, "ROLLBACK")
 	}
 	t.conn.Release()
 }

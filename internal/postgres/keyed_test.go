@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/exactlyonce/payments/internal/cards/carddb"
 	"github.com/exactlyonce/payments/internal/charging"
 	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
@@ -104,5 +105,62 @@ func TestKeyBoundToAnOperation(t *testing.T) {
 	var accounts int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM accounts WHERE merchant_id = $1`, merchant).Scan(&accounts); err != nil || accounts != 2 {
 		t.Errorf("%d accounts (%v), want 2: the step's and the fixture's", accounts, err)
+	}
+}
+
+// TestDeferredStatementThatFailsWritesNothing: the statements of a keyed
+// write whose answers nobody reads go with its COMMIT (keyTx.defer_); one
+// that fails there fails the write whole. A card charge whose row breaks a
+// constraint leaves no charge, no operation, no event and no key, and the
+// key is free: the same request, corrected, then charges.
+func TestDeferredStatementThatFailsWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := testkit.OpenService(t, pgtest.NewDatabase(t), postgres.Options{}, charging.Options{})
+	merchant, _, err := s.RegisterMerchant(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := idempotency.NewKeys[carddb.Tx](s.Cards, idempotency.KeysOptions{TTL: time.Hour})
+	req := idempotency.Request{MerchantID: merchant, Key: "card", Fingerprint: idempotency.Fingerprint{9}}
+	start := func(method string) idempotency.Step[carddb.Tx] {
+		return func(ctx context.Context, tx carddb.Tx) (idempotency.Answer, error) {
+			id := payment.NewID()
+			ch := payment.Charge{ID: id, PaymentMethod: method, Amount: 100, Currency: "EUR", Status: payment.ChargeProcessing,
+				Metadata: map[string]string{}}
+			at, err := tx.InsertCharge(ctx, merchant, ch)
+			if err != nil {
+				return idempotency.Answer{}, err
+			}
+			op := carddb.Operation{Merchant: merchant, ID: id, ChargeID: id, Kind: carddb.KindAuthorize, State: carddb.Processing,
+				Processor: "test", ProcessorKey: "k-" + id.String(), Amount: 100, Currency: "EUR", PaymentMethod: method,
+				Capture: true, CreatedAt: at}
+			err = tx.InsertOperation(ctx, carddb.Start{Op: op, DecisionAfter: time.Minute, CheckAfter: time.Minute,
+				Event: carddb.Event{ID: payment.NewID(), Type: payment.EventChargeProcessing, Payload: []byte(`{}`)}})
+			return idempotency.Answer{Operation: id}, err
+		}
+	}
+	count := func() (charges, ops, events, keys int) {
+		t.Helper()
+		err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1),
+			(SELECT count(*) FROM processor_operations WHERE merchant_id = $1),
+			(SELECT count(*) FROM events WHERE merchant_id = $1),
+			(SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1)`, merchant).Scan(&charges, &ops, &events, &keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, err := keys.Idempotent(ctx, req, start("not a payment method")); err == nil {
+		t.Fatal("a charge breaking the payment method's check was written")
+	}
+	if c, o, e, k := count(); c+o+e+k != 0 {
+		t.Fatalf("after the failed write: %d charges, %d operations, %d events, %d keys; want none", c, o, e, k)
+	}
+	res, err := keys.Idempotent(ctx, req, start("pm_card_approve"))
+	if err != nil || res.Operation == uuid.Nil || res.Replayed {
+		t.Fatalf("the same request, corrected: %+v, %v; want it executed, bound to its operation", res, err)
+	}
+	if c, o, e, k := count(); c != 1 || o != 1 || e != 1 || k != 1 {
+		t.Fatalf("after the write: %d charges, %d operations, %d events, %d keys; want 1 each", c, o, e, k)
 	}
 }

@@ -85,7 +85,8 @@ type Event struct {
 }
 
 // Tx is the work of the keyed write that starts a card charge, in the
-// transaction that claims its key.
+// transaction that claims its key. A store may send an insert with the
+// commit: an error of it is then the commit's, and nothing is written.
 type Tx interface {
 	// InsertCharge inserts c, in processing, and returns the
 	// transaction's clock, its created_at.
