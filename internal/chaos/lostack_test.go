@@ -65,7 +65,7 @@ func TestLostAcknowledgement(t *testing.T) {
 		t.Errorf("the service logged %q", leaked)
 		broken++
 	}
-	t.Logf("%d rounds: %d acknowledgements and %d commits lost (%d at the COMMIT pipelined in a charge batch, the rest at a COMMIT of its own) "+
+	t.Logf("%d rounds: %d acknowledgements and %d commits lost (%d at a COMMIT pipelined with other statements, a charge batch's or a keyed write's, the rest at a COMMIT of its own) "+
 		"of %d key-claiming commits through the proxy; first answers by status %v; %d requests, %d replays",
 		rounds, proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load(), proxy.commits.Load(), losses.firstStatus,
 		c.stats.requests.Load(), c.stats.replayed.Load())
@@ -73,7 +73,7 @@ func TestLostAcknowledgement(t *testing.T) {
 	summary{
 		scenario: "lost acknowledgement (proxy drops the commit's answer, or the commit)",
 		requests: c.stats.requests.Load(),
-		faults: fmt.Sprintf("%d commit acknowledgements lost, %d commits lost (%d of the faults at a charge batch's pipelined COMMIT)",
+		faults: fmt.Sprintf("%d commit acknowledgements lost, %d commits lost (%d of the faults at a pipelined COMMIT)",
 			proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load()),
 		duplicates: a.duplicateCharges,
 		lost:       int(moneyGap) + a.missingEvents,

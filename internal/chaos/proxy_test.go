@@ -22,7 +22,8 @@ import (
 // pgProxy is a fault-injecting TCP proxy between the service and PostgreSQL.
 // It understands just enough of the wire protocol to find the commit point of
 // every unit of work that claims an idempotency key: the COMMIT of an explicit
-// transaction (pgx's tx.Commit sends the simple query "commit"), or the Sync
+// transaction (pgx's tx.Commit sends the simple query "commit"; a keyed write
+// pipelines BEGIN with its claim and COMMIT with its last statements), or the Sync
 // after a claim that runs as a statement of its own (the one-statement charge,
 // an implicit transaction that commits there). At that point it can lose the
 // acknowledgement of a commit the server performed, or lose the commit
@@ -265,6 +266,9 @@ func (p *pgProxy) relay(client net.Conn) {
 	var (
 		statements  = map[string]bool{} // prepared statement name → it claims a key
 		commits     = map[string]bool{} // prepared statement name → it is COMMIT
+		begins      = map[string]bool{} // prepared statement name → it is BEGIN
+		rollbacks   = map[string]bool{} // prepared statement name → it is ROLLBACK
+		begunHere   bool                // a BEGIN is pipelined before the Sync (a keyed write's, with its claim)
 		claimedInTx bool                // a claim ran in the open transaction
 		claimBatch  bool                // a claim runs as its own transaction, until the Sync
 		pipelined   bool                // a COMMIT is pipelined before the Sync; pending strikes there
@@ -306,9 +310,20 @@ func (p *pgProxy) relay(client net.Conn) {
 			query, _, _ := bytes.Cut(rest, []byte{0})
 			statements[string(name)] = claimsKey.Match(query)
 			commits[string(name)] = isCommit(query)
+			begins[string(name)] = isBegin(query)
+			rollbacks[string(name)] = isRollback(query)
 		case 'B': // Bind: portal, statement, ...
 			_, rest, _ := bytes.Cut(msg[5:], []byte{0})
 			name, _, _ := bytes.Cut(rest, []byte{0})
+			switch {
+			case begins[string(name)]:
+				// BEGIN pipelined with what follows it (a keyed write's
+				// claim): the transaction is open from here, whatever the
+				// last ReadyForQuery said.
+				begunHere = true
+			case rollbacks[string(name)]:
+				claimedInTx = false
+			}
 			if commits[string(name)] && claimedInTx {
 				// A COMMIT pipelined after the claim (the group commit's
 				// batch): the server commits as it executes it, and answers
@@ -326,7 +341,7 @@ func (p *pgProxy) relay(client net.Conn) {
 				break
 			}
 			if statements[string(name)] {
-				if txStatus.Load() != 'I' {
+				if txStatus.Load() != 'I' || begunHere {
 					claimedInTx = true
 				} else {
 					// A claim as its own implicit transaction: it commits
@@ -339,6 +354,7 @@ func (p *pgProxy) relay(client net.Conn) {
 				}
 			}
 		case 'S': // Sync
+			begunHere = false
 			if pipelined {
 				p.atSync.Add(1)
 				strike(pending, msg)
@@ -407,6 +423,12 @@ func readMessage(r *bufio.Reader, typed bool) ([]byte, error) {
 func isCommit(query []byte) bool {
 	q := simpleQuery(query)
 	return strings.EqualFold(q, "commit") || strings.EqualFold(q, "end")
+}
+
+// isBegin reports whether a query's text is BEGIN.
+func isBegin(query []byte) bool {
+	q := simpleQuery(query)
+	return strings.EqualFold(q, "begin") || strings.EqualFold(q, "start transaction")
 }
 
 // isRollback reports whether a simple query's text is ROLLBACK.
