@@ -115,11 +115,11 @@ func (t *cardTx) LockCardCharge(ctx context.Context, merchant, id uuid.UUID) (ca
 }
 
 // InsertFollowUp inserts the operation, and a refund's row, pending, with
-// the commit (keyTx.defer_); it returns the transaction's clock, which the
+// the commit (keyTx.atCommit); it returns the transaction's clock, which the
 // claim read.
 func (t *cardTx) InsertFollowUp(_ context.Context, f carddb.FollowUp) (time.Time, error) {
 	o := f.Op
-	t.defer_(insertFollowUpSQL, pgx.NamedArgs{
+	t.atCommit(insertFollowUpSQL, pgx.NamedArgs{
 		"merchant": o.Merchant, "id": o.ID, "charge": o.ChargeID, "kind": o.Kind, "processor": o.Processor,
 		"key": o.ProcessorKey, "amount": o.Amount, "currency": o.Currency, "payment_method": o.PaymentMethod, "psp": o.PSPReference,
 		"review_after": f.ReviewAfter, "check_after": f.CheckAfter, "refund": f.Refund != nil,

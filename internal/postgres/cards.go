@@ -55,10 +55,10 @@ func (t *cardTx) Commit(ctx context.Context) error {
 }
 
 // InsertCharge inserts the card charge in processing, with the commit
-// (keyTx.defer_): its created_at is the transaction's clock, which the claim
+// (keyTx.atCommit): its created_at is the transaction's clock, which the claim
 // read.
 func (t *cardTx) InsertCharge(_ context.Context, merchant uuid.UUID, c payment.Charge) (time.Time, error) {
-	t.defer_(insertCardChargeSQL, merchant, c.ID, c.PaymentMethod, c.Amount, c.Currency, c.Description, nonNil(c.Metadata))
+	t.atCommit(insertCardChargeSQL, merchant, c.ID, c.PaymentMethod, c.Amount, c.Currency, c.Description, nonNil(c.Metadata))
 	return t.now, nil
 }
 
@@ -66,7 +66,7 @@ func (t *cardTx) InsertCharge(_ context.Context, merchant uuid.UUID, c payment.C
 // commit.
 func (t *cardTx) InsertOperation(_ context.Context, s carddb.Start) error {
 	o := s.Op
-	t.defer_(insertOperationSQL, pgx.NamedArgs{
+	t.atCommit(insertOperationSQL, pgx.NamedArgs{
 		"merchant": o.Merchant, "id": o.ID, "charge": o.ChargeID, "kind": o.Kind, "processor": o.Processor,
 		"key": o.ProcessorKey, "amount": o.Amount, "currency": o.Currency, "payment_method": o.PaymentMethod, "capture": o.Capture,
 		"decision_after": s.DecisionAfter, "check_after": s.CheckAfter,

@@ -98,7 +98,7 @@ func (t *ledgerTx) Commit(ctx context.Context) error {
 //
 // Its round trips are as few as the algorithm allows: its BEGIN goes with
 // the claim, its first statement, and the statements whose answer nobody
-// reads (a key's binding, an operation's rows; defer) go with its COMMIT.
+// reads (a key's binding, an operation's rows; atCommit) go with its COMMIT.
 // PostgreSQL runs a pipeline in order and skips the rest of it after a
 // statement fails, COMMIT included (pipelined.go): a deferred statement
 // that fails fails the commit, and the transaction is rolled back.
@@ -126,9 +126,9 @@ func (s *db) beginKeyTx(ctx context.Context) (*keyTx, error) {
 	return &keyTx{db: s, conn: conn, q: conn.Conn()}, nil
 }
 
-// defer queues sql with args to run just before the commit, in its round
+// atCommit queues sql with args to run just before the commit, in its round
 // trip.
-func (t *keyTx) defer_(sql string, args ...any) {
+func (t *keyTx) atCommit(sql string, args ...any) {
 	t.deferred = append(t.deferred, &pgx.QueuedQuery{SQL: sql, Arguments: args})
 }
 
@@ -253,7 +253,7 @@ func (t *keyTx) Store(ctx context.Context, req idempotency.Request, resp idempot
 // Bind binds the claimed key to op: the row keeps no response until the
 // operation's store answers it (answerKeySQL). It runs with the commit.
 func (t *keyTx) Bind(_ context.Context, req idempotency.Request, op uuid.UUID) error {
-	t.defer_(bindKeySQL, req.MerchantID, req.Key, op)
+	t.atCommit(bindKeySQL, req.MerchantID, req.Key, op)
 	return nil
 }
 
@@ -261,7 +261,7 @@ func (t *keyTx) Bind(_ context.Context, req idempotency.Request, op uuid.UUID) e
 // response is answered only once the standby has it. It runs with the
 // commit.
 func (t *keyTx) Confirm(context.Context) error {
-	t.defer_(confirmSQL)
+	t.atCommit(confirmSQL)
 	return nil
 }
 

@@ -109,7 +109,7 @@ func TestKeyBoundToAnOperation(t *testing.T) {
 }
 
 // TestDeferredStatementThatFailsWritesNothing: the statements of a keyed
-// write whose answers nobody reads go with its COMMIT (keyTx.defer_); one
+// write whose answers nobody reads go with its COMMIT (keyTx.atCommit); one
 // that fails there fails the write whole. A card charge whose row breaks a
 // constraint leaves no charge, no operation, no event and no key, and the
 // key is free: the same request, corrected, then charges.

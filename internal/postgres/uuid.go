@@ -1,9 +1,19 @@
 package postgres
 
 import (
+	"context"
+
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
+
+// afterConnect prepares every new connection of the pool: its type map
+// encodes identifiers as registerUUID says.
+func afterConnect(_ context.Context, c *pgx.Conn) error {
+	registerUUID(c.TypeMap())
+	return nil
+}
 
 // Identifiers go to PostgreSQL as their 16 bytes. uuid.UUID is a
 // driver.Valuer, and pgx encodes a Valuer by formatting it as text, then
