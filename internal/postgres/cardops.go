@@ -134,43 +134,53 @@ func (t *cardTx) InsertFollowUp(_ context.Context, f carddb.FollowUp) (time.Time
 // It goes in one round trip (pipelined.go): not applied, it wrote nothing,
 // and its COMMIT commits nothing.
 func (s *CardDB) Settle(ctx context.Context, st carddb.Settlement) (carddb.Written, error) {
+	return s.compareAndSet(ctx, compareAndSet{merchant: st.Merchant, op: st.Operation, from: st.From, to: st.To,
+		lockKey: st.Answer != nil, events: st.Event.Type != "", sql: settleFollowUpSQL, args: settleArgs(st)})
+}
+
+// compareAndSet is one compare-and-set statement on an operation, from one
+// state to another: sql with args, whose row starts with whether it was
+// applied and when it stored the key's response, then extra's columns.
+// lockKey: it stores the key's response; events: it writes an event when
+// applied.
+type compareAndSet struct {
+	merchant, op    uuid.UUID
+	from, to        carddb.State
+	lockKey, events bool
+	sql             string
+	args            pgx.NamedArgs
+	extra           []any
+}
+
+// compareAndSet runs c in one round trip with its transaction
+// (pipelined.go): first, when it stores the key's response, the key's
+// advisory lock, as every writer of a key's row takes it
+// (internal/charging/charging.go: lock order).
+func (s *CardDB) compareAndSet(ctx context.Context, c compareAndSet) (carddb.Written, error) {
+	var stmts []*pgx.QueuedQuery
+	if c.lockKey {
+		stmts = append(stmts, &pgx.QueuedQuery{SQL: lockOperationKeySQL, Arguments: []any{c.merchant, c.op}})
+	}
+	stmts = append(stmts, &pgx.QueuedQuery{SQL: c.sql, Arguments: []any{c.args}})
 	var (
 		applied    int
 		answeredAt *time.Time
 	)
-	return s.compareAndSet(ctx, st.Merchant, st.Operation, st.Answer != nil, settleFollowUpSQL, settleArgs(st), st.Event.Type != "",
-		func(row pgx.Row) error { return row.Scan(&applied, &answeredAt) }, &applied, &answeredAt,
-		fmt.Sprintf("processor operation %s to %s", st.From, st.To))
-}
-
-// compareAndSet runs one compare-and-set statement (sql with args, whose
-// row scan reads) in one round trip with its transaction: first, when it
-// stores the key's response (lockKey), the key's advisory lock, as every
-// writer of a key's row takes it (internal/charging/charging.go: lock
-// order). applied and answeredAt are what scan fills; events says whether
-// the statement writes an event when applied.
-func (s *CardDB) compareAndSet(ctx context.Context, merchant, op uuid.UUID, lockKey bool, sql string, args pgx.NamedArgs, events bool,
-	scan func(pgx.Row) error, applied *int, answeredAt **time.Time, what string) (carddb.Written, error) {
-	var stmts []*pgx.QueuedQuery
-	if lockKey {
-		stmts = append(stmts, &pgx.QueuedQuery{SQL: lockOperationKeySQL, Arguments: []any{merchant, op}})
-	}
-	stmts = append(stmts, &pgx.QueuedQuery{SQL: sql, Arguments: []any{args}})
 	err := s.pipelined(ctx, stmts, func(br pgx.BatchResults) error {
-		if lockKey {
+		if c.lockKey {
 			if _, err := br.Exec(); err != nil {
 				return fmt.Errorf("lock the operation's key: %w", err)
 			}
 		}
-		return scan(br.QueryRow())
+		return br.QueryRow().Scan(append([]any{&applied, &answeredAt}, c.extra...)...)
 	})
 	if err != nil {
-		return carddb.Written{}, asUnavailable(fmt.Errorf("%s: %w", what, err))
+		return carddb.Written{}, asUnavailable(fmt.Errorf("processor operation %s to %s: %w", c.from, c.to, err))
 	}
-	if *applied > 0 && events {
+	if applied > 0 && c.events {
 		s.eventsCommitted()
 	}
-	return written(*applied, *answeredAt), nil
+	return written(applied, answeredAt), nil
 }
 
 // written is what a compare-and-set reports: applied, and when it stored

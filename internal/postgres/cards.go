@@ -104,9 +104,8 @@ func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (carddb.Wr
 		answeredAt       *time.Time
 	)
 	if t.Inbound.ID == "" && t.Resolution == nil {
-		return s.compareAndSet(ctx, t.Merchant, t.Operation, t.Answer != nil, transitionSQL, args, t.Event.Type != "",
-			func(row pgx.Row) error { return row.Scan(&applied, &inbound, &answeredAt) }, &applied, &answeredAt,
-			fmt.Sprintf("processor operation %s to %s", t.From, t.To))
+		return s.compareAndSet(ctx, compareAndSet{merchant: t.Merchant, op: t.Operation, from: t.From, to: t.To,
+			lockKey: t.Answer != nil, events: t.Event.Type != "", sql: transitionSQL, args: args, extra: []any{&inbound}})
 	}
 	err := s.inTxRetried(ctx, func(tx pgx.Tx) error {
 		if t.Answer != nil {
@@ -114,7 +113,7 @@ func (s *CardDB) Transition(ctx context.Context, t carddb.Transition) (carddb.Wr
 				return fmt.Errorf("lock the operation's key: %w", err)
 			}
 		}
-		if err := tx.QueryRow(ctx, transitionSQL, args).Scan(&applied, &inbound, &answeredAt); err != nil {
+		if err := tx.QueryRow(ctx, transitionSQL, args).Scan(&applied, &answeredAt, &inbound); err != nil {
 			return err
 		}
 		if t.Inbound.ID != "" && applied == 0 {

@@ -65,9 +65,9 @@ FROM idempotency_keys WHERE merchant_id = $1 AND operation_id = $2`
 	// transitionSQL is a compare-and-set on the operation's state: the
 	// operation, its charge, the event and the key's response are written
 	// only if the operation is still in @from (and its processor's event,
-	// if any, was not recorded before). It returns whether it was, whether
-	// the event was new, and when the response was stored (NULL: not, the
-	// key had one).
+	// if any, was not recorded before). It returns whether it was, when the
+	// response was stored (NULL: not, the key had one), and whether the
+	// event was new.
 	transitionSQL = `
 WITH inbound AS (
     INSERT INTO processor_events (merchant_id, id, operation_id, type)
@@ -101,7 +101,7 @@ WITH inbound AS (
       AND @answer_status::smallint > 0 AND EXISTS (SELECT FROM op)
     RETURNING created_at
 )
-SELECT (SELECT count(*) FROM op), (SELECT count(*) FROM inbound), (SELECT created_at FROM answer)`
+SELECT (SELECT count(*) FROM op), (SELECT created_at FROM answer), (SELECT count(*) FROM inbound)`
 
 	// insertResolutionSQL writes the audit row of an operator's settlement,
 	// after the transition it brought (same transaction): its time is the

@@ -135,11 +135,7 @@ func (t *confirmedTx) Rollback(context.Context) error {
 // rows another may lock in another order. fn must be safe to run again
 // (it starts from what it was given, not from what a failed run left).
 func (s *db) inTxRetried(ctx context.Context, fn func(pgx.Tx) error) error {
-	err := s.inTx(ctx, fn)
-	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
-		err = s.inTx(ctx, fn)
-	}
-	return err
+	return retried(func() error { return s.inTx(ctx, fn) })
 }
 
 // Confirm returns once everything committed before it was called is on the

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -292,33 +291,20 @@ func (t *keyTx) Commit(ctx context.Context) error {
 // commitDeferred sends the deferred statements and COMMIT at once. On an
 // error the transaction is left to Close, which rolls it back.
 func (t *keyTx) commitDeferred(ctx context.Context) error {
-	b := &pgx.Batch{QueuedQueries: t.deferred}
-	b.Queue("COMMIT")
-	br := t.conn.SendBatch(ctx, b)
-	var err error
-	for i := 0; i < len(t.deferred) && err == nil; i++ {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		var tag pgconn.CommandTag
-		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
-			err = errCommitRolledBack
+	return execThenCommit(ctx, t.conn, t.deferred, func(br pgx.BatchResults) error {
+		for range t.deferred {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
+		return nil
+	})
 }
 
 // Close rolls back unless the transaction committed, and releases the
 // connection (closed, if the rollback failed).
 func (t *keyTx) Close() {
-	if pg := t.conn.Conn().PgConn(); pg.TxStatus() != 'I' {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, _ = t.conn.Exec(ctx, "ROLLBACK")
-	}
+	rolledBack(context.Background(), t.conn)
 	t.conn.Release()
 }
 

@@ -3,11 +3,12 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // One round trip for a whole transaction.
@@ -35,11 +36,7 @@ var errCommitRolledBack = errors.New("commit answered ROLLBACK")
 // comes after the statements committed, so read only scans. It retries a
 // deadlock or a serialization failure as inTxRetried does.
 func (s *db) pipelined(ctx context.Context, stmts []*pgx.QueuedQuery, read func(br pgx.BatchResults) error) error {
-	err := s.pipelinedOnce(ctx, stmts, read)
-	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
-		err = s.pipelinedOnce(ctx, stmts, read)
-	}
-	return err
+	return retried(func() error { return s.pipelinedOnce(ctx, stmts, read) })
 }
 
 func (s *db) pipelinedOnce(ctx context.Context, stmts []*pgx.QueuedQuery, read func(br pgx.BatchResults) error) error {
@@ -48,40 +45,21 @@ func (s *db) pipelinedOnce(ctx context.Context, stmts []*pgx.QueuedQuery, read f
 		return err
 	}
 	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.QueuedQueries = append(b.QueuedQueries, stmts...)
-	b.Queue("COMMIT")
 	// The pipeline ends with the commit: the request's context must not
 	// cancel it (durable.go).
 	commitCtx, cancel := s.commitContext(ctx)
 	defer cancel()
 	pg := conn.Conn().PgConn()
 	takeWarning(pg)
-	br := conn.SendBatch(commitCtx, b)
-	_, err = br.Exec()
-	if err == nil {
-		err = read(br)
-	}
-	if err == nil {
-		var tag pgconn.CommandTag
-		tag, err = br.Exec()
-		if err == nil && tag.String() != "COMMIT" {
-			err = errCommitRolledBack
+	begin := &pgx.QueuedQuery{SQL: "BEGIN"}
+	err = execThenCommit(commitCtx, conn, slices.Concat([]*pgx.QueuedQuery{begin}, stmts), func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if pg.TxStatus() != 'I' {
-		// A statement failed: the rest were skipped and the transaction
-		// is aborted. If the rollback fails, Release closes the connection.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer rcancel()
-		_, _ = conn.Exec(rctx, "ROLLBACK")
-		if err == nil {
-			err = fmt.Errorf("pipelined transaction left open (status %q)", pg.TxStatus())
-		}
+		return read(br)
+	})
+	if rolledBack(ctx, conn) && err == nil {
+		err = errors.New("pipelined transaction left open")
 	}
 	if err != nil {
 		return err
@@ -90,4 +68,47 @@ func (s *db) pipelinedOnce(ctx context.Context, stmts []*pgx.QueuedQuery, read f
 		return errNotConfirmed(n)
 	}
 	return nil
+}
+
+// execThenCommit sends stmts and COMMIT on conn at once; read reads the
+// results of stmts, in order. It fails when a statement did, or when COMMIT
+// did not commit; the transaction is then left open (aborted), for
+// rolledBack.
+func execThenCommit(ctx context.Context, conn *pgxpool.Conn, stmts []*pgx.QueuedQuery, read func(pgx.BatchResults) error) error {
+	b := &pgx.Batch{QueuedQueries: slices.Concat(stmts, []*pgx.QueuedQuery{{SQL: "COMMIT"}})}
+	br := conn.SendBatch(ctx, b)
+	err := read(br)
+	if err == nil {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
+			err = errCommitRolledBack
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// rolledBack rolls back the transaction left open on conn, if any (a
+// statement failed, or nothing committed it), and reports whether there was
+// one. If the rollback fails, Release closes the connection.
+func rolledBack(ctx context.Context, conn *pgxpool.Conn) bool {
+	if conn.Conn().PgConn().TxStatus() == 'I' {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = conn.Exec(rctx, "ROLLBACK")
+	return true
+}
+
+// retried runs run, and again up to maxAttempts in all while it fails with
+// a deadlock or a serialization failure.
+func retried(run func() error) error {
+	err := run()
+	for attempt := 2; retryable(err) && attempt <= maxAttempts; attempt++ {
+		err = run()
+	}
+	return err
 }
