@@ -220,19 +220,33 @@ func (a answered) result() idempotency.Result {
 	return idempotency.Result{Response: a.resp, StoredAt: a.storedAt}
 }
 
+// stored reports whether a holds a response.
+func (a answered) stored() bool { return !a.storedAt.IsZero() }
+
 // answeredBy is what a written transition stored under the key, if any.
-func answeredBy(w carddb.Written, resp *idempotency.Response) (answered, bool) {
+func answeredBy(w carddb.Written, resp *idempotency.Response) answered {
 	if !w.Applied || w.AnsweredAt.IsZero() || resp == nil {
-		return answered{}, false
+		return answered{}
 	}
-	return answered{resp: *resp, storedAt: w.AnsweredAt}, true
+	return answered{resp: *resp, storedAt: w.AnsweredAt}
 }
 
-// call is phase 2 and 3 of a charge this request started: the processor's
-// answer, written with the outcome it brings. It runs on a context of its
-// own; the returned channel gets the key's response if its outcome stored
-// one, and is closed when done.
+// call is phase 2 and 3 of a charge this request started (goCall).
 func (c *Cards) call(op carddb.Operation) <-chan answered {
+	return c.goCall(op, func(ctx context.Context) processor.Result { return c.opts.Processor.Authorize(ctx, authorization(op)) },
+		func(ctx context.Context, fetched time.Time, o outcome) (answered, error) {
+			return c.applyAnswered(ctx, op, fetched, o, carddb.Inbound{})
+		})
+}
+
+// goCall is phase 2 and 3 of an operation this request started, apart from
+// the request: send's call to the processor, on a context bounded by
+// CallTimeout, then write's outcome, on one of its own. The returned channel
+// gets the key's response if the outcome stored one, and is closed when
+// done. What could not be written is logged: recovery looks again, the
+// operation stays open.
+func (c *Cards) goCall(op carddb.Operation, send func(context.Context) processor.Result,
+	write func(ctx context.Context, fetched time.Time, o outcome) (answered, error)) <-chan answered {
 	done := make(chan answered, 1)
 	c.calls.Add(1)
 	fetched := time.Now()
@@ -240,9 +254,16 @@ func (c *Cards) call(op carddb.Operation) <-chan answered {
 		defer c.calls.Done()
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
-		res := c.opts.Processor.Authorize(ctx, authorization(op))
+		o := outcomeOf(send(ctx))
 		cancel()
-		if a, ok := c.settle(op, fetched, outcomeOf(res), carddb.Inbound{}); ok {
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a, err := write(ctx, fetched, o)
+		if err != nil {
+			c.opts.Log.Warn("processor outcome not written; recovery will look again",
+				"charge_id", payment.FormatID(payment.PrefixCharge, op.ChargeID), "operation", op.Kind, "outcome", o.kind, "error", err)
+		}
+		if a.stored() {
 			done <- a
 		}
 	}()
@@ -252,20 +273,6 @@ func (c *Cards) call(op carddb.Operation) <-chan answered {
 func authorization(op carddb.Operation) processor.Authorization {
 	return processor.Authorization{Key: op.ProcessorKey, Reference: reference(op), Amount: op.Amount,
 		Currency: op.Currency, PaymentMethod: op.PaymentMethod, Capture: op.Capture}
-}
-
-// settle applies an outcome to op on a context of its own, logging what it
-// could not write (recovery will look again: the operation stays open), and
-// returns the key's response if it stored one.
-func (c *Cards) settle(op carddb.Operation, fetched time.Time, o outcome, in carddb.Inbound) (answered, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	a, ok, err := c.applyAnswered(ctx, op, fetched, o, in)
-	if err != nil {
-		c.opts.Log.Warn("processor outcome not written; recovery will look again",
-			"charge_id", reference(op), "outcome", o.kind, "error", err)
-	}
-	return a, ok
 }
 
 // await answers a request bound to operation id: the key's response once
@@ -288,8 +295,8 @@ func (c *Cards) await(ctx context.Context, merchant, id uuid.UUID, wait time.Dur
 			return idempotency.Result{}, nil, ctx.Err()
 		case <-deadline.C:
 			last = true
-		case a, ok := <-wake:
-			if ok {
+		case a := <-wake:
+			if a.stored() {
 				return a.result(), nil, nil
 			}
 		}

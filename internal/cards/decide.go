@@ -144,41 +144,40 @@ var events = map[payment.ChargeStatus]string{
 // op again and decides afresh. fetched is when op was read, by the local
 // clock.
 func (c *Cards) apply(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome, in carddb.Inbound) error {
-	_, _, err := c.applyAnswered(ctx, op, fetched, o, in)
+	_, err := c.applyAnswered(ctx, op, fetched, o, in)
 	return err
 }
 
 // applyAnswered is apply, and returns the key's response if the transition
 // it wrote stored one.
-func (c *Cards) applyAnswered(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome, in carddb.Inbound) (answered, bool, error) {
+func (c *Cards) applyAnswered(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome, in carddb.Inbound) (answered, error) {
 	for range 3 {
 		t, ok := c.decide(op, o)
 		if !ok {
 			if in.ID != "" {
 				_, err := c.store.RecordEvent(ctx, op.Merchant, op.ID, in)
-				return answered{}, false, err
+				return answered{}, err
 			}
-			return answered{}, false, nil
+			return answered{}, nil
 		}
 		t.Inbound = in
 		if err := c.complete(&t); err != nil {
-			return answered{}, false, err
+			return answered{}, err
 		}
 		w, err := c.store.Transition(ctx, t)
 		switch {
 		case err != nil:
-			return answered{}, false, err
+			return answered{}, err
 		case w.Applied:
 			c.observe(op, fetched, t)
-			a, ok := answeredBy(w, t.Answer)
-			return a, ok, nil
+			return answeredBy(w, t.Answer), nil
 		}
 		if op, err = c.store.Operation(ctx, op.Merchant, op.ID); err != nil {
-			return answered{}, false, err
+			return answered{}, err
 		}
 		fetched = time.Now()
 	}
-	return answered{}, false, errLost
+	return answered{}, errLost
 }
 
 // complete adds to a change of state its event and, for a final charge, the

@@ -195,31 +195,13 @@ func followUpKey(id uuid.UUID, kind string) string {
 	return payment.FormatID(prefix, id) + ":" + kind
 }
 
-// callFollowUp is phase 2 and 3 of an operation this request started, on
-// a context of its own; the returned channel gets the key's response if its
-// outcome stored one, and is closed when done.
+// callFollowUp is phase 2 and 3 of an operation this request started
+// (goCall).
 func (c *Cards) callFollowUp(op carddb.Operation) <-chan answered {
-	done := make(chan answered, 1)
-	c.calls.Add(1)
-	fetched := time.Now()
-	go func() {
-		defer c.calls.Done()
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
-		res := c.send(ctx, op)
-		cancel()
-		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a, ok, err := c.applyFollowUpAnswered(ctx, op, fetched, outcomeOf(res))
-		if err != nil {
-			c.opts.Log.Warn("processor outcome not written; recovery will look again",
-				"charge_id", payment.FormatID(payment.PrefixCharge, op.ChargeID), "operation", op.Kind, "error", err)
-		}
-		if ok {
-			done <- a
-		}
-	}()
-	return done
+	return c.goCall(op, func(ctx context.Context) processor.Result { return c.send(ctx, op) },
+		func(ctx context.Context, fetched time.Time, o outcome) (answered, error) {
+			return c.applyFollowUpAnswered(ctx, op, fetched, o)
+		})
 }
 
 // send asks the processor for op, with its processor key: the same request
@@ -237,33 +219,32 @@ func (c *Cards) send(ctx context.Context, op carddb.Operation) processor.Result 
 // applyFollowUp writes the change o brings to op, a compare-and-set: when op
 // changed meanwhile, it reads op again and decides afresh.
 func (c *Cards) applyFollowUp(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome) error {
-	_, _, err := c.applyFollowUpAnswered(ctx, op, fetched, o)
+	_, err := c.applyFollowUpAnswered(ctx, op, fetched, o)
 	return err
 }
 
 // applyFollowUpAnswered is applyFollowUp, and returns the key's response if
 // the change it wrote stored one.
-func (c *Cards) applyFollowUpAnswered(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome) (answered, bool, error) {
+func (c *Cards) applyFollowUpAnswered(ctx context.Context, op carddb.Operation, fetched time.Time, o outcome) (answered, error) {
 	for range 3 {
 		st, ok, err := c.decideFollowUp(op, o, op.Now.Add(time.Since(fetched)))
 		if err != nil || !ok {
-			return answered{}, false, err
+			return answered{}, err
 		}
 		w, err := c.store.Settle(ctx, st)
 		switch {
 		case err != nil:
-			return answered{}, false, err
+			return answered{}, err
 		case w.Applied:
 			c.observeFollowUp(op, fetched, st)
-			a, ok := answeredBy(w, st.Answer)
-			return a, ok, nil
+			return answeredBy(w, st.Answer), nil
 		}
 		if op, err = c.store.Operation(ctx, op.Merchant, op.ID); err != nil {
-			return answered{}, false, err
+			return answered{}, err
 		}
 		fetched = time.Now()
 	}
-	return answered{}, false, errLost
+	return answered{}, errLost
 }
 
 // decideFollowUp returns the change o brings to op at now, and false when
