@@ -71,21 +71,7 @@ func (p *simProxy) up(target string) error {
 	p.mu.Lock()
 	p.ln, p.target = ln, target[len("http://"):]
 	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return // closed by down or close
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.relay(c)
-			}()
-		}
-	}()
+	acceptEach(ln, &p.wg, p.relay) // until down or close closes ln
 	return nil
 }
 

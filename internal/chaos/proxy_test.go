@@ -95,21 +95,7 @@ func (p *pgProxy) serve(ln net.Listener) {
 	p.mu.Lock()
 	p.ln = ln
 	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return // closed by cut or close
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.relay(c)
-			}()
-		}
-	}()
+	acceptEach(ln, &p.wg, p.relay) // until cut or close closes ln
 }
 
 // arm makes the proxy inject f at the next commit point of a key claim on
@@ -389,6 +375,26 @@ func (p *pgProxy) relay(client net.Conn) {
 			return
 		}
 	}
+}
+
+// acceptEach relays every connection ln accepts, each on a goroutine of its
+// own counted by wg, until ln is closed.
+func acceptEach(ln net.Listener, wg *sync.WaitGroup, relay func(net.Conn)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				relay(c)
+			}()
+		}
+	}()
 }
 
 // claimsKey matches SQL that claims an idempotency key.
