@@ -62,11 +62,7 @@ func apiKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	cfg, err := load()
-	if err != nil {
-		return err
-	}
-	store, err := openAdmin(ctx, cfg)
+	store, err := openAdmin(ctx, load)
 	if err != nil {
 		return err
 	}

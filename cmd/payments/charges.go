@@ -64,11 +64,7 @@ func charges(ctx context.Context, args []string, getenv func(string) string, std
 			return fmt.Errorf("%s: --%s is required\n%s", cmd, f.name, chargeCommandsUsage)
 		}
 	}
-	cfg, err := load()
-	if err != nil {
-		return err
-	}
-	store, err := openAdmin(ctx, cfg)
+	store, err := openAdmin(ctx, load)
 	if err != nil {
 		return err
 	}

@@ -46,11 +46,7 @@ func merchants(ctx context.Context, args []string, getenv func(string) string, s
 	if name != nil && strings.TrimSpace(*name) == "" {
 		return errors.New("merchants create: --name is required")
 	}
-	cfg, err := load()
-	if err != nil {
-		return err
-	}
-	store, err := openAdmin(ctx, cfg)
+	store, err := openAdmin(ctx, load)
 	if err != nil {
 		return err
 	}

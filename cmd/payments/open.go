@@ -111,8 +111,12 @@ func openCharging(cfg config, store *postgres.Store, log *slog.Logger, m *metric
 }
 
 // openAdmin opens a one-connection store, for an operator command, on the
-// database of cfg (its database room alone).
-func openAdmin(ctx context.Context, cfg config) (*postgres.Store, error) {
+// database of the configuration load reads (its database room alone).
+func openAdmin(ctx context.Context, load func() (config, error)) (*postgres.Store, error) {
+	cfg, err := load()
+	if err != nil {
+		return nil, err
+	}
 	store, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{MaxConns: 1})
 	if err != nil {
 		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
