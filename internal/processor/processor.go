@@ -8,6 +8,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Outcome is what a call to the processor is known to have done.
@@ -35,6 +36,9 @@ type Payment struct {
 	ApprovedAmount int64  `json:"approved_amount"`
 	CapturedAmount int64  `json:"captured_amount"`
 	RefundedAmount int64  `json:"refunded_amount"`
+	// Created is when the processor created it (set by Records.Payments;
+	// zero where an adapter's answer does not say).
+	Created time.Time `json:"created"`
 }
 
 // Result is the result of one operation.
@@ -87,4 +91,13 @@ type Processor interface {
 	// Reverse cancels or refunds whatever was done under our reference:
 	// Approved when the processor accepted it.
 	Reverse(ctx context.Context, key, reference string) Result
+}
+
+// Records is a processor's own records, for reconciliation (payments
+// reconcile): what it did, whatever our side knows.
+type Records interface {
+	// Payments returns every payment the processor created in [since,
+	// until), with our reference where it has one, paging through them
+	// all. An error wraps ErrUnknown when the processor did not answer.
+	Payments(ctx context.Context, since, until time.Time) ([]Payment, error)
 }
