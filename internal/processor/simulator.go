@@ -201,3 +201,46 @@ func classify(status int, body []byte) Result {
 	}
 	return Result{Outcome: Unknown, Code: "status_" + strconv.Itoa(status)}
 }
+
+var _ Records = (*Simulator)(nil)
+
+// Payments lists the payments the simulator created in [since, until),
+// oldest first, a page (GET /v1/payments?created_gte=...) at a time. The
+// listing is a report: it changes nothing at the simulator. An error wraps
+// ErrUnknown when a page was not answered.
+func (s *Simulator) Payments(ctx context.Context, since, until time.Time) ([]Payment, error) {
+	var out []Payment
+	after := ""
+	for {
+		q := url.Values{"created_gte": {since.UTC().Format(time.RFC3339Nano)}, "created_lt": {until.UTC().Format(time.RFC3339Nano)},
+			"limit": {"100"}}
+		if after != "" {
+			q.Set("starting_after", after)
+		}
+		status, body, err := s.call(ctx, http.MethodGet, "/v1/payments?"+q.Encode(), "", nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: list payments: %w", ErrUnknown, err)
+		}
+		if status != http.StatusOK {
+			return nil, fmt.Errorf("%w: list payments answered %d", ErrUnknown, status)
+		}
+		var page struct {
+			Data []struct {
+				Payment
+				CreatedAt time.Time `json:"created_at"`
+			} `json:"data"`
+			HasMore bool `json:"has_more"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return nil, fmt.Errorf("%w: list payments: %w", ErrUnknown, err)
+		}
+		for _, p := range page.Data {
+			p.Payment.Created = p.CreatedAt
+			out = append(out, p.Payment)
+		}
+		if !page.HasMore || len(page.Data) == 0 {
+			return out, nil
+		}
+		after = page.Data[len(page.Data)-1].PSPReference
+	}
+}

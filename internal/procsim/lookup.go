@@ -43,11 +43,17 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handleLookup answers the payments carrying our reference.
+// handleLookup answers the payments carrying our reference, or, without a
+// reference, a page of the payments created in a time range (handleList).
 func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	ref := r.URL.Query().Get("reference")
 	if ref == "" {
-		s.write(w, errorAnswer(http.StatusBadRequest, "invalid_request", "the reference query parameter is required"))
+		if r.URL.Query().Has("created_gte") || r.URL.Query().Has("created_lt") {
+			s.handleList(w, r)
+			return
+		}
+		s.write(w, errorAnswer(http.StatusBadRequest, "invalid_request",
+			"the reference query parameter, or created_gte and created_lt, is required"))
 		return
 	}
 	fault := s.faults.draw()

@@ -64,6 +64,7 @@ CREATE TABLE IF NOT EXISTS procsim_payments (
 	answered_at       timestamptz
 );
 CREATE INDEX IF NOT EXISTS procsim_payments_reference ON procsim_payments (reference);
+CREATE INDEX IF NOT EXISTS procsim_payments_created ON procsim_payments (created_at, psp_reference);
 CREATE INDEX IF NOT EXISTS procsim_payments_pending ON procsim_payments (decide_at) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS procsim_payments_unanswered ON procsim_payments (created_at)
 	WHERE answered_at IS NULL AND status IN ('authorized', 'captured');
