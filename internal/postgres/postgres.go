@@ -89,8 +89,9 @@ func (o Options) withDefaults() Options {
 // chargewrite.go: the SQL of the charge path, whose use case is
 // internal/charging), Reader (reader.go), Outbox (outbox.go), Merchants
 // (merchants.go, auth.go), Holds (holds.go), Webhooks (webhooks.go),
-// Deliveries (deliveries.go) and Cards (cards.go, cardsql.go: the SQL of
-// card charges, whose use case is internal/cards). Each role is built alone on the handle (DB,
+// Deliveries (deliveries.go), Cards (cards.go, cardsql.go: the SQL of
+// card charges, whose use case is internal/cards) and Reconciliations
+// (reconcile.go, for payments reconcile). Each role is built alone on the handle (DB,
 // from Connect) with its New function, and holds no Close: the handle's
 // owner closes it. Store bundles them for cmd/payments, which hands each
 // consumer of the store the interface it declares. Monitor (monitor.go)
@@ -106,6 +107,8 @@ type Store struct {
 	*Webhooks
 	*Deliveries
 	Cards *CardDB // named: its methods (BeginKeyed, Claim, ...) would clash
+	// Reconciliations is payments reconcile's (reconcile.go).
+	Reconciliations *Reconciliations
 }
 
 // DB is the handle every role is built on: one pool, its options, and the
@@ -182,6 +185,8 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		Webhooks:   NewWebhooks(d),
 		Deliveries: NewDeliveries(d),
 		Cards:      NewCardDB(d),
+
+		Reconciliations: NewReconciliations(d),
 	}, nil
 }
 

@@ -40,6 +40,10 @@ var undistributed = map[string]struct {
 	// outbox_cursor: feed order is by transaction id, which is per node, so
 	// each worker group would keep its own (see docs/scaling.md).
 	"webhook_fanout_position": {"local", "the webhook fan-out's position in feed order, one row; per worker group on Citus"},
+	// The runs of payments reconcile (migration 0028), one row per run of an
+	// operator's job, a day's at a time, about every merchant's charges at
+	// the processor; serve's metrics sampler reads the newest.
+	"reconciliation_runs": {"local", "one row per run of payments reconcile, across merchants; read by the metrics sampler"},
 	// golang-migrate's bookkeeping (version, dirty), one row. Migrations run
 	// against the coordinator, and nothing of the service reads it.
 	"schema_migrations": {"local", "golang-migrate's version row, read only by migrate on the coordinator"},

@@ -15,8 +15,9 @@ type Store interface {
 	// before operations named their processor) created in [since, until),
 	// and those whose reference is in refs, with their charges as they are.
 	Operations(ctx context.Context, processor string, since, until time.Time, refs []string) ([]Operation, error)
-	// RecordRun stores a finished run's counts, for the service's metrics.
-	RecordRun(ctx context.Context, r Run) error
+	// RecordRun stores a finished run's counts, for the service's metrics,
+	// and returns when it finished by the store's clock.
+	RecordRun(ctx context.Context, r Run) (time.Time, error)
 }
 
 // Run is one reconciliation as it is stored: what it covered, when it
@@ -91,8 +92,7 @@ func Reconcile(ctx context.Context, store Store, records processor.Records, name
 	for _, l := range lines {
 		r.Counts[l.Result]++
 	}
-	r.FinishedAt = now()
-	if err := store.RecordRun(ctx, r.Run); err != nil {
+	if r.FinishedAt, err = store.RecordRun(ctx, r.Run); err != nil {
 		return Report{}, fmt.Errorf("record the run: %w", err)
 	}
 	return r, nil

@@ -1,0 +1,2 @@
+DROP INDEX processor_operations_created;
+DROP TABLE reconciliation_runs;
