@@ -26,15 +26,20 @@ var _ reconcile.Store = (*Reconciliations)(nil)
 const (
 	// reconcileOperationsSQL reads the authorizations of processor @processor
 	// (or of none: made before operations named theirs) created in
-	// [@since, @until) or named by @ids, each with its charge and the count
-	// of its charge's captures, voids and refunds still open or in review.
+	// [@since, @until) or named by @ids, each with its charge, the count of
+	// its charge's captures, voids and refunds still open or in review, and
+	// the last change of any of them.
 	reconcileOperationsSQL = `
 SELECT o.id, o.state, c.status, c.amount, c.amount_captured, c.amount_refunded, c.currency, o.created_at,
-       (SELECT count(*) FROM processor_operations f
-        WHERE f.merchant_id = o.merchant_id AND f.charge_id = o.charge_id AND f.kind <> 'authorize'
-          AND f.state IN ('processing', 'requires_review'))::int
+       f.open, greatest(o.created_at, o.resolved_at, f.changed)
 FROM processor_operations o
 JOIN charges c ON c.merchant_id = o.merchant_id AND c.id = o.charge_id
+CROSS JOIN LATERAL (
+    SELECT (count(*) FILTER (WHERE state IN ('processing', 'requires_review')))::int AS open,
+           max(greatest(created_at, resolved_at)) AS changed
+    FROM processor_operations
+    WHERE merchant_id = o.merchant_id AND charge_id = o.charge_id AND kind <> 'authorize'
+) f
 WHERE o.kind = 'authorize' AND (o.processor = @processor OR o.processor IS NULL)
   AND ((o.created_at >= @since AND o.created_at < @until) OR o.id = ANY(@ids::uuid[]))
 ORDER BY o.id`
@@ -73,7 +78,7 @@ func (s *Reconciliations) Operations(ctx context.Context, processor string, sinc
 			o  reconcile.Operation
 			id uuid.UUID
 		)
-		err := row.Scan(&id, &o.State, &o.Status, &o.Amount, &o.AmountCaptured, &o.AmountRefunded, &o.Currency, &o.CreatedAt, &o.OpenFollowUps)
+		err := row.Scan(&id, &o.State, &o.Status, &o.Amount, &o.AmountCaptured, &o.AmountRefunded, &o.Currency, &o.CreatedAt, &o.OpenFollowUps, &o.ChangedAt)
 		o.Reference = payment.FormatID(payment.PrefixCharge, id)
 		return o, err
 	})

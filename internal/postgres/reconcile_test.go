@@ -80,7 +80,11 @@ VALUES ($1, $2, $3, 'refund', 'processing', $4, 'k2', 300, 'EUR', 'pm_card_appro
 		if !o.CreatedAt.Equal(w.CreatedAt) {
 			t.Errorf("%s created %v, want %v", o.Reference, o.CreatedAt, w.CreatedAt)
 		}
-		o.CreatedAt = w.CreatedAt
+		// Changed when created (no resolved_at here), or when its refund was.
+		if o.Reference == ref(inWindow) && !o.ChangedAt.After(now.Add(-time.Minute)) || o.Reference != ref(inWindow) && !o.ChangedAt.Equal(w.CreatedAt) {
+			t.Errorf("%s changed %v", o.Reference, o.ChangedAt)
+		}
+		o.CreatedAt, o.ChangedAt = w.CreatedAt, time.Time{}
 		if o != w {
 			t.Errorf("read %+v, want %+v", o, w)
 		}

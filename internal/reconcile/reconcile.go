@@ -35,6 +35,9 @@ type Operation struct {
 	// the charge until they end.
 	OpenFollowUps int
 	CreatedAt     time.Time
+	// ChangedAt is the last change of the operation or of its charge's
+	// captures, voids and refunds.
+	ChangedAt time.Time
 }
 
 // Result is what reconciliation found for one reference.
@@ -70,8 +73,9 @@ type Line struct {
 }
 
 // Window is what one reconciliation covers: the operations we created and
-// the payments the processor created in [Since, Until); those created
-// after Now-Settle are not final enough to disagree.
+// the payments the processor created in [Since, Until); an operation
+// created or changed (its own state, a capture, void or refund of its
+// charge) after Now-Settle is not final enough to disagree.
 type Window struct {
 	Since, Until time.Time
 	Now          time.Time
@@ -166,8 +170,8 @@ func pending(op *Operation, ps []processor.Payment, w Window) string {
 		return "in review (payments charges resolve)"
 	case op.OpenFollowUps > 0:
 		return fmt.Sprintf("%d capture, void or refund of the charge still open", op.OpenFollowUps)
-	case op.CreatedAt.After(w.Now.Add(-w.Settle)):
-		return "created within the settle margin"
+	case op.CreatedAt.After(w.Now.Add(-w.Settle)) || op.ChangedAt.After(w.Now.Add(-w.Settle)):
+		return "changed within the settle margin"
 	case slices.ContainsFunc(ps, func(p processor.Payment) bool { return p.Status == "pending" }):
 		return "the processor has not decided yet"
 	}

@@ -74,7 +74,9 @@ func TestCompare(t *testing.T) {
 		{"a refund in flight", with(op(payment.ChargeSucceeded, 1000, 0), func(o *reconcile.Operation) { o.OpenFollowUps = 1 }),
 			[]processor.Payment{pay("captured", 1000, 1000, 400)}, reconcile.Pending, "1 capture, void or refund of the charge still open"},
 		{"younger than the settle margin", with(op(payment.ChargeSucceeded, 1000, 0), func(o *reconcile.Operation) { o.CreatedAt = until.Add(-time.Minute) }),
-			nil, reconcile.Pending, "created within the settle margin"},
+			nil, reconcile.Pending, "changed within the settle margin"},
+		{"a refund within the settle margin", with(op(payment.ChargeSucceeded, 1000, 0), func(o *reconcile.Operation) { o.ChangedAt = until.Add(-time.Minute) }),
+			[]processor.Payment{pay("captured", 1000, 1000, 300)}, reconcile.Pending, "changed within the settle margin"},
 		{"the processor deciding", op(payment.ChargeFailed, 0, 0), []processor.Payment{pay("pending", 0, 0, 0)}, reconcile.Pending,
 			"the processor has not decided yet"},
 

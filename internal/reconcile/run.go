@@ -61,30 +61,28 @@ type Options struct {
 }
 
 // Reconcile compares our operations at the processor named name with its
-// records over [since, until) and stores the run's counts. It reads the
-// processor first: every payment there was made for an operation we had
-// committed before the call, so reading ours after finds it. It returns an
-// error, storing nothing, when either side cannot be read.
+// records over [since, until) and stores the run's counts. Each pass reads
+// the processor first: every payment there was made for an operation we
+// had committed before the call, so reading ours after finds it. A pass
+// that finds mismatches is read again, and only what disagrees in both is
+// reported as such: a capture or refund that ended between the two reads
+// of a pass is pending. It returns an error, storing nothing, when either
+// side cannot be read.
 func Reconcile(ctx context.Context, store Store, records processor.Records, name string, since, until time.Time, o Options) (Report, error) {
-	now := time.Now
-	if o.Now != nil {
-		now = o.Now
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	payments, err := records.Payments(ctx, since, until.Add(o.Lag))
+	lines, err := pass(ctx, store, records, name, since, until, o)
 	if err != nil {
-		return Report{}, fmt.Errorf("read the processor's payments: %w", err)
+		return Report{}, err
 	}
-	refs := make([]string, 0, len(payments))
-	for _, p := range payments {
-		if p.Reference != "" {
-			refs = append(refs, p.Reference)
+	if mismatched(lines) {
+		again, err := pass(ctx, store, records, name, since, until, o)
+		if err != nil {
+			return Report{}, err
 		}
+		lines = confirm(lines, again)
 	}
-	ours, err := store.Operations(ctx, name, since, until, refs)
-	if err != nil {
-		return Report{}, fmt.Errorf("read our operations: %w", err)
-	}
-	lines := Compare(ours, payments, Window{Since: since, Until: until, Now: now(), Settle: o.Settle})
 	r := Report{Run: Run{Processor: name, Since: since, Until: until, Counts: map[Result]int{}}, Settle: o.Settle, Lines: lines}
 	for _, res := range Results {
 		r.Counts[res] = 0
@@ -96,4 +94,47 @@ func Reconcile(ctx context.Context, store Store, records processor.Records, name
 		return Report{}, fmt.Errorf("record the run: %w", err)
 	}
 	return r, nil
+}
+
+// pass reads both sides once, the processor first, and compares them.
+func pass(ctx context.Context, store Store, records processor.Records, name string, since, until time.Time, o Options) ([]Line, error) {
+	payments, err := records.Payments(ctx, since, until.Add(o.Lag))
+	if err != nil {
+		return nil, fmt.Errorf("read the processor's payments: %w", err)
+	}
+	refs := make([]string, 0, len(payments))
+	for _, p := range payments {
+		if p.Reference != "" {
+			refs = append(refs, p.Reference)
+		}
+	}
+	ours, err := store.Operations(ctx, name, since, until, refs)
+	if err != nil {
+		return nil, fmt.Errorf("read our operations: %w", err)
+	}
+	return Compare(ours, payments, Window{Since: since, Until: until, Now: o.Now(), Settle: o.Settle}), nil
+}
+
+func mismatched(lines []Line) bool {
+	for _, l := range lines {
+		if l.Result.Mismatch() {
+			return true
+		}
+	}
+	return false
+}
+
+// confirm returns the second pass's lines, a mismatch of which the first
+// pass did not find being pending: the reference changed while it was read.
+func confirm(first, second []Line) []Line {
+	before := map[string]bool{}
+	for _, l := range first {
+		before[l.Reference+" "+psp(l)] = l.Result.Mismatch()
+	}
+	for i, l := range second {
+		if l.Result.Mismatch() && !before[l.Reference+" "+psp(l)] {
+			second[i].Result, second[i].Detail = Pending, "changed while it was read ("+string(l.Result)+": "+l.Detail+")"
+		}
+	}
+	return second
 }
