@@ -9,6 +9,7 @@
 //	payments merchants list               list the merchants and their active API keys
 //	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
 //	payments charges resolve CHARGE_ID    settle a card charge in review (audited)
+//	payments reconcile --since T          compare card charges with the processor's records (exit 2: mismatches)
 //	payments healthcheck [--url URL]      exit 0 when the running service is ready
 //	payments version [--json]             print the version, commit, build time and Go version
 //
@@ -31,7 +32,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err)) // 1, or 2 for a reconciliation's mismatches
 	}
 }
 
@@ -48,6 +49,9 @@ const usage = `usage:
   payments api-keys revoke KEY_ID          revoke a key: every replica refuses it within 2 s
   payments charges resolve CHARGE_ID --as succeeded|failed --reason TEXT --operator NAME
                                            settle a card charge in requires_review (audited); prints it
+  payments reconcile --since T [--until T] [--format json|csv]
+                                           compare card charges with the processor's records, a line per
+                                           reference; exit 2 when some disagree, 1 when it cannot run
   payments healthcheck [--url URL]         exit 0 when the service at HTTP_ADDR answers /readyz with 200
   payments version [--json]                print the version, commit, build time and Go version
 
@@ -76,6 +80,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cmd = apiKeys
 	case "charges":
 		cmd = charges
+	case "reconcile":
+		cmd = reconcileCommand
 	case "healthcheck":
 		cmd = healthcheck
 	case "version":

@@ -24,9 +24,10 @@ import (
 
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/testkit"
+	"github.com/exactlyonce/payments/internal/testkit/procsimtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { procsimtest.Main(m) }
 
 func envOf(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }

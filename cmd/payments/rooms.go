@@ -65,6 +65,8 @@ var commands = []command{
 	{name: "api-keys list", operands: "--merchant ID", rooms: []roomName{roomDatabase}},
 	{name: "api-keys revoke", operands: "KEY_ID", rooms: []roomName{roomDatabase}},
 	{name: "charges resolve", operands: "CHARGE_ID --as succeeded|failed --reason TEXT --operator NAME", rooms: []roomName{roomDatabase}},
+	// The processor's room says which processor, and bounds its calls.
+	{name: "reconcile", operands: "--since T", rooms: []roomName{roomDatabase, roomProcessor}},
 	{name: "healthcheck", env: []string{"HTTP_ADDR"}},
 	{name: "version"},
 }

@@ -134,7 +134,7 @@ func TestFlagOfAnotherCommand(t *testing.T) {
 		{[]string{"merchants", "create", "--name", "Acme", "--log-level", "debug"}, "flag --log-level (LOG_LEVEL) is a setting of payments serve, relay and consume, not of payments merchants create"},
 		{[]string{"api-keys", "revoke", "key_1", "--db-max-conns", "2"}, "not of payments api-keys revoke"},
 		{[]string{"charges", "resolve", "ch_0123456789abcdef0123456789abcdef", "--processor-url", "http://x"},
-			"flag --processor-url (PROCESSOR_URL) is a setting of payments serve, not of payments charges resolve"},
+			"flag --processor-url (PROCESSOR_URL) is a setting of payments serve and reconcile, not of payments charges resolve"},
 		{[]string{"healthcheck", "--http-addr", ":9090"}, "flag --http-addr (HTTP_ADDR) is a setting of payments serve, not of payments healthcheck"},
 		{[]string{"version", "--database-url", "postgres://x"}, "not of payments version"},
 	} {

@@ -106,7 +106,7 @@ func readers(room roomName, env string) string {
 func TestSettingsTableWritesTheRoomsAndReaders(t *testing.T) {
 	table := settingsTable()
 	for _, want := range []string{
-		"| `DATABASE_URL` | `--database-url` url | `postgres://postgres@localhost:5432/payments?sslmode=disable` | `serve`, `relay`, `consume`, `migrate`, `merchants`, `api-keys`, `charges` | PostgreSQL connection URL |\n",
+		"| `DATABASE_URL` | `--database-url` url | `postgres://postgres@localhost:5432/payments?sslmode=disable` | `serve`, `relay`, `consume`, `migrate`, `merchants`, `api-keys`, `charges`, `reconcile` | PostgreSQL connection URL |\n",
 		"| `DB_MAX_CONNS` | `--db-max-conns` int | `20` | `serve`, `relay`, `consume`, `migrate up`, `migrate down`, `migrate force` |",
 		"| `HTTP_ADDR` | `--http-addr` address | `:8080` | `serve`, `healthcheck` (the variable only) |",
 		"| `PPROF_ADDR` | `--pprof-addr` address | (none) | `serve` |",
