@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/exactlyonce/payments/internal/metrics"
+	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/processor"
 	"github.com/exactlyonce/payments/internal/reconcile"
 )
@@ -139,4 +141,13 @@ func parseInstant(s string) (time.Time, error) {
 		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-12-05T00:00:00Z) nor a date (2026-12-05)", s)
+}
+
+// reconcileSampler reads the newest reconciliation run on the monitor's
+// connection, for serve's gauges.
+func reconcileSampler(monitor *postgres.Monitor) func(context.Context) (metrics.ReconcileSample, error) {
+	return func(ctx context.Context) (metrics.ReconcileSample, error) {
+		last, ok, err := monitor.LastReconciliation(ctx)
+		return metrics.ReconcileSample{Ran: ok, Mismatches: last.Mismatches, FinishedAt: last.FinishedAt}, err
+	}
 }

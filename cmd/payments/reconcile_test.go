@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/processor"
+	"github.com/exactlyonce/payments/internal/testkit"
 	"github.com/exactlyonce/payments/internal/testkit/procsimtest"
 )
 
@@ -147,6 +150,63 @@ func TestReconcileCommand(t *testing.T) {
 	if n, _ := runs(); n != 2 {
 		t.Errorf("%d runs recorded after the failures, want still 2", n)
 	}
+	servedMetrics(t, dbURL, sim.URL())
+}
+
+// servedMetrics starts serve on the database at dbURL, whose newest run
+// found 1 mismatch, and waits for its /metrics to show that run; the
+// mismatch alert's expression holds over that scrape, the staleness
+// alert's does not.
+func servedMetrics(t *testing.T, dbURL, processorURL string) {
+	t.Helper()
+	rules := newRuleEvaluator(t)
+	var finished time.Time
+	db, err := pgxpool.New(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.QueryRow(t.Context(), `SELECT max(finished_at) FROM reconciliation_runs`).Scan(&finished); err != nil {
+		t.Fatal(err)
+	}
+	env := envOf(map[string]string{"DATABASE_URL": dbURL, "PROCESSOR_URL": processorURL, "HTTP_ADDR": "127.0.0.1:0",
+		"METRICS_ADDR": "127.0.0.1:0", "METRICS_SAMPLE": "1s", "RELAY_ENABLED": "false", "WEBHOOK_DELIVERY": "false", "SHUTDOWN_DELAY": "0"})
+	logs := &testkit.LogBuffer{}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, env, io.Discard, logs) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+	}()
+	addr := waitForMetricsAddr(t, logs)
+	want := []string{"payments_reconcile_mismatches 1\n",
+		fmt.Sprintf("payments_reconcile_last_run_timestamp_seconds %s\n", strconv.FormatFloat(float64(finished.UnixMilli())/1000, 'g', -1, 64))}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		text := scrape(t, addr)
+		if strings.Contains(text, want[0]) && strings.Contains(text, want[1]) {
+			rules.check(t, "PaymentsReconcileMismatches", []string{text}, true)
+			rules.check(t, "PaymentsReconcileStale", []string{text}, false)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve's /metrics lacks %q:\n%s", want, grepLines(text, "payments_reconcile_"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // card is a card charge as the test made it.

@@ -283,7 +283,7 @@ func (c *config) eventRooms() []room {
 func (c *config) monitorRoom() room {
 	return room{roomMonitor, "Outbox monitoring", "Serve samples the outbox for its gauges, so that a scrape does no database work.", []setting{
 		{"METRICS_SAMPLE", "metrics-sample", "15s", "how often the outbox is sampled for the gauges that need the database " +
-			"(the backlog, `payments_events_held_seconds`, the due webhook deliveries) and for the `EVENTS_HELD_WARN` warning, in the background on a connection of its own; " +
+			"(the backlog, `payments_events_held_seconds`, the due webhook deliveries, the newest run of `payments reconcile`) and for the `EVENTS_HELD_WARN` warning, in the background on a connection of its own; " +
 			"after a failed sample, " +
 			"within an interval, then up to four intervals apart (with jitter) until one succeeds; at least `1s`",
 			durationAtLeast(&c.Monitor.Sample, time.Second)},

@@ -93,6 +93,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	sampler := m.Backlog(outboxSampler(monitor, cfg.Monitor.HeldWarn, log))
 	stopSampler := runBackground(ctx, func(ctx context.Context) { sampler.Run(ctx, cfg.Monitor.Sample, log) })
 	defer stopSampler()
+	// payments reconcile records its runs; the newest is sampled likewise.
+	reconciled := m.Reconciliation(cfg.Processor.URL != "", reconcileSampler(monitor))
+	stopReconciled := runBackground(ctx, func(ctx context.Context) { reconciled.Run(ctx, cfg.Monitor.Sample, log) })
+	defer stopReconciled()
 	if cfg.Parts.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.Parts.PprofAddr, log)
 		if err != nil {
