@@ -235,7 +235,7 @@ func (s *Simulator) Payments(ctx context.Context, since, until time.Time) ([]Pay
 			return nil, fmt.Errorf("%w: list payments: %w", ErrUnknown, err)
 		}
 		for _, p := range page.Data {
-			p.Payment.Created = p.CreatedAt
+			p.Created = p.CreatedAt
 			out = append(out, p.Payment)
 		}
 		if !page.HasMore || len(page.Data) == 0 {

@@ -180,11 +180,11 @@ func pending(op *Operation, ps []processor.Payment, w Window) string {
 
 // money is what the processor's payments under one reference hold: held
 // is approved and not captured (live authorizations), kept is captured and
-// not refunded, refunded what its refunds gave back; live counts the
-// payments that hold or keep money.
+// not refunded; live counts the payments that hold or keep money, or took
+// it (refunded since).
 type money struct {
-	held, kept, refunded int64
-	live                 int
+	held, kept int64
+	live       int
 }
 
 func moneyOf(ps []processor.Payment) money {
