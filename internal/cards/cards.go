@@ -54,7 +54,9 @@ type Options struct {
 	// response stored under its key (200, 201, 409, ...). An error stores
 	// nothing.
 	RenderOperation func(payment.CardOperation) (idempotency.Response, error)
-	// WebhookSecret verifies the processor's webhooks (events.go).
+	// Webhooks verifies and decodes the processor's webhooks (events.go);
+	// nil: the simulator's, signed with WebhookSecret.
+	Webhooks      processor.Webhooks
 	WebhookSecret string
 	// Wait (PROCESSOR_WAIT, default 5s) is how long a charge's request
 	// waits for its outcome; KeyWait (IDEMPOTENCY_WAIT, default 5s) how

@@ -35,7 +35,11 @@ func (c *Cards) HandleEvent(ctx context.Context, signature string, body []byte) 
 	if c.opts.Processor == nil {
 		return payment.ErrProcessorNotConfigured
 	}
-	ev, err := processor.ParseSimulatorEvent(c.opts.WebhookSecret, signature, body, signatureTolerance, time.Now())
+	hooks := c.opts.Webhooks
+	if hooks == nil {
+		hooks = processor.SimulatorWebhooks{Secret: c.opts.WebhookSecret}
+	}
+	ev, err := hooks.ParseEvent(signature, body, signatureTolerance, time.Now())
 	if err != nil {
 		return err
 	}
