@@ -20,7 +20,7 @@ import (
 // processorRoom: the card processor that charges by payment_method go to.
 func (c *config) processorRoom() room {
 	return room{roomProcessor, "Card processor", "Charges by `payment_method` go to a card processor " +
-		"(see [Card processors](processors.md)): the simulator or Stripe (`PROCESSOR`); without one they are refused with `503 processor-not-configured`. " +
+		"(see [Card processors](processors.md)): the simulator or Stripe (`PROCESSOR`); without one they are refused with `400 no-card-processor`. " +
 		"Every operation records the processor it went to, and only that processor is asked about it again " +
 		"([one processor per operation](processors.md#one-processor-per-operation)): change `PROCESSOR_URL` only once no card " +
 		"operation is open, or keep a replica on the former one until its operations are final.", []setting{

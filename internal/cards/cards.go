@@ -43,7 +43,7 @@ import (
 // Options tune Cards. Zero durations take the defaults.
 type Options struct {
 	// Processor is the card processor; nil refuses every card charge with
-	// payment.ErrProcessorNotConfigured, writing nothing.
+	// payment.ErrNoProcessor, writing nothing.
 	Processor processor.Processor
 	// Render renders a charge's final state as the response stored under
 	// its key (201, 402, ...): the caller knows status codes, this package
@@ -145,12 +145,12 @@ func (c *Cards) Wait() { c.calls.Wait() }
 // returns the key's final response (a replay when it was stored before), or,
 // when the outcome is not known within the wait, the charge as it stands
 // with the operation it waits for (res.Operation set; nothing is stored).
-// Errors: payment.ErrProcessorNotConfigured, the key contract's
+// Errors: payment.ErrNoProcessor, the key contract's
 // (idempotency.ErrKeyReused, ErrKeyInUse), payment.ErrUnavailable, and
 // ctx's when the client left (the charge goes on).
 func (c *Cards) Charge(ctx context.Context, req idempotency.Request, in payment.NewCardCharge) (res idempotency.Result, processing *payment.Charge, err error) {
 	if c.opts.Processor == nil {
-		return idempotency.Result{}, nil, payment.ErrProcessorNotConfigured
+		return idempotency.Result{}, nil, payment.ErrNoProcessor
 	}
 	var started carddb.Operation
 	res, err = c.keys.Idempotent(ctx, req, func(ctx context.Context, tx carddb.Tx) (idempotency.Answer, error) {

@@ -75,7 +75,7 @@ func (c *Cards) Refund(ctx context.Context, req idempotency.Request, chargeID uu
 
 func (c *Cards) followUp(ctx context.Context, req idempotency.Request, kind string, chargeID uuid.UUID, amount *int64) (idempotency.Result, *payment.Charge, error) {
 	if c.opts.Processor == nil {
-		return idempotency.Result{}, nil, payment.ErrProcessorNotConfigured
+		return idempotency.Result{}, nil, payment.ErrNoProcessor
 	}
 	var started carddb.Operation
 	res, err := c.keys.Idempotent(ctx, req, func(ctx context.Context, tx carddb.Tx) (idempotency.Answer, error) {

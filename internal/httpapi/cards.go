@@ -46,7 +46,7 @@ const retryAfterProcessing = 1
 // bound to the charge until its outcome is written).
 func (s *Server) createCardCharge(w http.ResponseWriter, r *http.Request, req idempotency.Request, in payment.NewCardCharge) {
 	if s.opts.Cards == nil {
-		s.fail(w, r, payment.ErrProcessorNotConfigured)
+		s.fail(w, r, payment.ErrNoProcessor)
 		return
 	}
 	_ = s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
@@ -151,7 +151,7 @@ func (s *Server) stripeEvent(w http.ResponseWriter, r *http.Request) {
 // names, to the card charges.
 func (s *Server) receiveEvent(w http.ResponseWriter, r *http.Request, header, setting string) {
 	if s.opts.Cards == nil {
-		s.fail(w, r, payment.ErrProcessorNotConfigured)
+		s.fail(w, r, payment.ErrNoProcessor)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
