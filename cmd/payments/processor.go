@@ -163,6 +163,7 @@ func cardMetrics(m *metrics.Metrics, s *cards.Stats) {
 		"payments_processor_lookups_total":           {"Lookups by our reference this process made at the card processor (recovery).", s.Lookups.Load},
 		"payments_processor_redrives_total":          {"Operations recovery sent again with their processor key: authorizations the processor had no record of yet, and captures, voids and refunds whose outcome was unknown.", s.Redrives.Load},
 		"payments_processor_reversal_attempts_total": {"Reversals by our reference this process asked of the card processor, accepted or not.", s.Reversals.Load},
+		"payments_processor_key_mismatches_total":    {"Calls the card processor refused because one of our processor keys came again with other parameters: a bug of ours (the operation stays open; docs/processors.md, Stripe).", s.KeyMismatches.Load},
 		"payments_processor_reviews_total":           {"Operations this process sent to review: a card charge whose reversal was refused too often, or a capture, void or refund unknown past its review bound.", s.Reviews.Load},
 	} {
 		m.CounterFunc(name, f.help, func() float64 { return float64(f.v()) })

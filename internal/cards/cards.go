@@ -118,8 +118,11 @@ func (o Options) withDefaults() Options {
 // OldestOpen are its last reading of the operations (Store.Open).
 type Stats struct {
 	Lookups, Redrives, Reversals, Reviews atomic.Int64
-	Open, InReview                        atomic.Int64
-	OldestOpen                            atomic.Int64 // nanoseconds
+	// KeyMismatches counts the processor's refusals of one of our
+	// processor keys sent again with other parameters (a bug of ours).
+	KeyMismatches  atomic.Int64
+	Open, InReview atomic.Int64
+	OldestOpen     atomic.Int64 // nanoseconds
 }
 
 // Cards charges cards at the processor.
@@ -256,7 +259,7 @@ func (c *Cards) goCall(op carddb.Operation, send func(context.Context) processor
 		defer c.calls.Done()
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
-		o := outcomeOf(send(ctx))
+		o := outcomeOf(c.counted(send(ctx)))
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -270,6 +273,14 @@ func (c *Cards) goCall(op carddb.Operation, send func(context.Context) processor
 		}
 	}()
 	return done
+}
+
+// counted is r, counted in Stats when the processor refused our key.
+func (c *Cards) counted(r processor.Result) processor.Result {
+	if r.Code == processor.CodeKeyMismatch {
+		c.Stats.KeyMismatches.Add(1)
+	}
+	return r
 }
 
 func authorization(op carddb.Operation) processor.Authorization {

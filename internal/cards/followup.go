@@ -336,7 +336,7 @@ func (c *Cards) checkFollowUp(ctx context.Context, op carddb.Operation, fetched 
 	}
 	c.Stats.Redrives.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
-	res := c.send(cctx, op)
+	res := c.counted(c.send(cctx, op))
 	cancel()
 	return c.applyFollowUp(ctx, op, fetched, outcomeOf(res))
 }

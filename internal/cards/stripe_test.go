@@ -80,6 +80,29 @@ func TestStripeLostAnswerIsRecoveredUnderTheSameKey(t *testing.T) {
 	}
 }
 
+// Stripe refusing our processor key for other parameters (a bug of ours)
+// never declines the charge: it stays processing, the refusal is counted
+// for the alert, and recovery resolves it.
+func TestStripeKeyMismatchIsNeverADecline(t *testing.T) {
+	t.Parallel()
+	b, fake := setupStripe(t, cards.Options{Wait: 200 * time.Millisecond})
+	fake.Fail(stripefake.OtherParameters)
+	a := b.charge(t, "k-stripe-mismatch", "pm_card_visa")
+	if a.status == http.StatusPaymentRequired {
+		t.Fatalf("charge: %d %s, want no decline", a.status, a.body)
+	}
+	id := chargeID(t, a)
+	if r := b.waitFor(t, id, "succeeded", 10*time.Second); r.events[len(r.events)-1] != "charge.succeeded" {
+		t.Errorf("after recovery: %+v", r)
+	}
+	if n := b.api.Cards.Stats.KeyMismatches.Load(); n != 1 {
+		t.Errorf("%d key mismatches counted, want 1", n)
+	}
+	if n := len(fake.Intents()); n != 1 {
+		t.Errorf("%d intents, want 1", n)
+	}
+}
+
 // stripeEvent is a Stripe event about the intent, signed at when with
 // secret.
 func stripeEvent(evID, typ string, in stripefake.Intent, status string, secret string, when time.Time) (string, []byte) {

@@ -27,7 +27,6 @@ const (
 // Codes of unknown outcomes the adapter names itself.
 const (
 	codeLookupFailed  = "lookup_failed"
-	codeKeyMismatch   = "idempotency_key_mismatch"
 	codeAuthFailed    = "authentication_failed"
 	codeTimeout       = "timeout"
 	codeConnection    = "connection"
@@ -124,7 +123,7 @@ func (s *Stripe) errorResult(ctx context.Context, call string, err error) proces
 		// The same key with other parameters: our bug, never the card's.
 		// The operation stays open; recovery looks by reference.
 		s.log.Error("stripe refused a processor key sent again with other parameters", "call", call, "error", r.Err)
-		r.Outcome, r.Code = processor.Unknown, codeKeyMismatch
+		r.Outcome, r.Code = processor.Unknown, processor.CodeKeyMismatch
 	case se.HTTPStatusCode == http.StatusConflict, se.HTTPStatusCode == http.StatusTooManyRequests,
 		se.HTTPStatusCode >= 500, se.HTTPStatusCode == 0:
 		// In use (409), rate limited or locked (429), Stripe's failure:

@@ -31,6 +31,9 @@ const (
 	RateLimited Fault = "429"
 	ServerError Fault = "500"
 	BadAPIKey   Fault = "401"
+	// OtherParameters answers as Stripe does a key that came before with
+	// other parameters (400 idempotency_error), whatever the request.
+	OtherParameters Fault = "idempotency_error"
 )
 
 // Intent is a PaymentIntent as the fake keeps it.
@@ -137,6 +140,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case BadAPIKey:
 		writeError(w, http.StatusUnauthorized, "invalid_request_error", "", "", "invalid API key")
+		return
+	case OtherParameters:
+		writeError(w, http.StatusBadRequest, "idempotency_error", "", "",
+			"Keys for idempotent requests can only be used with the same parameters they were first used with.")
 		return
 	}
 	rec := httptest.NewRecorder()
