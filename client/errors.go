@@ -64,6 +64,7 @@ const (
 	CodeCardDeclined           = "card-declined"
 	CodeCardChargeFailed       = "card-charge-failed"
 	CodeChargeReversed         = "charge-reversed"
+	CodeNoCardProcessor        = "no-card-processor"
 	CodeProcessorNotConfigured = "processor-not-configured"
 	// A capture, void or refund of a card charge: another capture or void
 	// of it is in flight (ChargeStatus is what the charge reads until it

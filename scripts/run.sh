@@ -16,7 +16,8 @@
 #     PROCSIM_ADDR, its state in a database of its own (procsim) on the same
 #     server, its webhooks signed with a fresh secret, and points the service
 #     at it (PROCESSOR_URL, PROCESSOR_WEBHOOK_SECRET): test cards charge with
-#     no account at any processor. It stops when make run stops.
+#     no account at any processor. It stops when make run stops. With
+#     PROCESSOR=stripe (STRIPE_API_KEY, STRIPE_API_BASE...), Stripe instead.
 #  4. Writes bin/dev.sh (the merchant's API key, the addresses, pay and ids:
 #     scripts/dev.sh.tmpl), prints a curl session built on it, and serves on
 #     HTTP_ADDR, with Prometheus metrics on METRICS_ADDR, webhook endpoints on
@@ -120,7 +121,7 @@ if [ "$METRICS_ADDR" != off ]; then
 fi
 export PROCSIM_ADDR=${PROCSIM_ADDR:-127.0.0.1:8090}
 procsim_port=${PROCSIM_ADDR##*:}
-free_or_die "$procsim_port" "PROCSIM_ADDR=$PROCSIM_ADDR; another make run's simulator, say" \
+[ "${PROCESSOR:-}" = stripe ] || free_or_die "$procsim_port" "PROCSIM_ADDR=$PROCSIM_ADDR; another make run's simulator, say" \
 	"PROCSIM_ADDR=127.0.0.1:$((procsim_port + 1))"
 
 # --- 1. PostgreSQL ---------------------------------------------------------------
@@ -204,27 +205,34 @@ case $host in "" | 0.0.0.0 | "[::]" | "::") host=localhost ;; esac
 base="http://$host:$port"
 run_id=$(date +%s)
 
-# --- 3. The card processor simulator --------------------------------------------------
-say "building bin/procsim and starting the card processor simulator on $PROCSIM_ADDR"
-"${GO:-go}" build -o bin/procsim ./cmd/procsim
-# Its own database on the same server: DATABASE_URL with the database procsim.
-db_query=""
-case $DATABASE_URL in *\?*) db_query="?${DATABASE_URL#*\?}" ;; esac
-db_base=${DATABASE_URL%%\?*}
-export PROCSIM_DATABASE_URL="${db_base%/*}/procsim$db_query"
-secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-export PROCSIM_WEBHOOK_URL="$base/v1/processor/events" PROCSIM_WEBHOOK_SECRET="$secret"
-export PROCESSOR_URL="http://$PROCSIM_ADDR" PROCESSOR_WEBHOOK_SECRET="$secret"
-bin/procsim serve >bin/procsim.log 2>&1 &
-procsim_pid=$!
-trap 'kill "$procsim_pid" 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-	grep -q "listening on" bin/procsim.log 2>/dev/null && break
-	kill -0 "$procsim_pid" 2>/dev/null || die "the simulator did not start (bin/procsim.log):" "$(tail -n 20 bin/procsim.log)"
-	sleep 0.1
-done
-grep -q "listening on" bin/procsim.log ||
-	die "the simulator does not listen after 10 s (bin/procsim.log):" "$(tail -n 20 bin/procsim.log)"
+# --- 3. The card processor simulator (or Stripe: PROCESSOR=stripe) --------------------
+card_pm=pm_card_approve
+if [ "${PROCESSOR:-}" = stripe ]; then
+	[ -n "${STRIPE_API_KEY:-}" ] || die "PROCESSOR=stripe needs STRIPE_API_KEY (a test key, sk_test_...; any one for stripe-mock)"
+	export PROCESSOR_URL="" PROCSIM_DATABASE_URL="" && card_pm=pm_card_visa
+	say "card charges go to Stripe at ${STRIPE_API_BASE:-https://api.stripe.com} (no simulator)"
+else
+	say "building bin/procsim and starting the card processor simulator on $PROCSIM_ADDR"
+	"${GO:-go}" build -o bin/procsim ./cmd/procsim
+	# Its own database on the same server: DATABASE_URL with the database procsim.
+	db_query=""
+	case $DATABASE_URL in *\?*) db_query="?${DATABASE_URL#*\?}" ;; esac
+	db_base=${DATABASE_URL%%\?*}
+	export PROCSIM_DATABASE_URL="${db_base%/*}/procsim$db_query"
+	secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	export PROCSIM_WEBHOOK_URL="$base/v1/processor/events" PROCSIM_WEBHOOK_SECRET="$secret"
+	export PROCESSOR_URL="http://$PROCSIM_ADDR" PROCESSOR_WEBHOOK_SECRET="$secret"
+	bin/procsim serve >bin/procsim.log 2>&1 &
+	procsim_pid=$!
+	trap 'kill "$procsim_pid" 2>/dev/null || true' EXIT
+	for _ in $(seq 1 100); do
+		grep -q "listening on" bin/procsim.log 2>/dev/null && break
+		kill -0 "$procsim_pid" 2>/dev/null || die "the simulator did not start (bin/procsim.log):" "$(tail -n 20 bin/procsim.log)"
+		sleep 0.1
+	done
+	grep -q "listening on" bin/procsim.log ||
+		die "the simulator does not listen after 10 s (bin/procsim.log):" "$(tail -n 20 bin/procsim.log)"
+fi
 
 # --- 4. The curl session, then serve -------------------------------------------------
 
@@ -257,10 +265,10 @@ charge
 pay "\$BASE/v1/accounts/\$ACCOUNT"
 
 # Charge 12.00 EUR to a test card at the card processor (the simulator make run
-# started), twice with one key: the second answer is the stored first one, and
-# the processor charged the card once (bin/procsim audit says so).
+# started, or Stripe), twice with one key: the second answer is the stored first
+# one, and the processor charged the card once (bin/procsim audit says so).
 card() { pay -i -X POST "\$BASE/v1/charges" -H 'Idempotency-Key: dev-card-$run_id' \\
-  -d '{"payment_method": "pm_card_approve", "amount": 1200, "currency": "EUR"}'; }
+  -d '{"payment_method": "$card_pm", "amount": 1200, "currency": "EUR"}'; }
 card
 card
 SESSION
@@ -284,7 +292,7 @@ else
 	case $mhost in "" | 0.0.0.0 | "[::]" | "::") mhost=localhost ;; esac
 	say "metrics: http://$mhost:${METRICS_ADDR##*:}/metrics (METRICS_ADDR; not on the API port)"
 fi
-say "the card processor simulator: $PROCESSOR_URL (its log: bin/procsim.log; what it did: bin/procsim audit)"
+[ -z "$PROCESSOR_URL" ] || say "the card processor simulator: $PROCESSOR_URL (its log: bin/procsim.log; what it did: bin/procsim audit)"
 say "starting: payments serve on $HTTP_ADDR (Ctrl-C stops it after SHUTDOWN_DELAY, 5s by default; twice, at once)"
 # Not exec: the EXIT trap stops the simulator once the service has stopped.
 bin/payments serve

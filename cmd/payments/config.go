@@ -62,12 +62,16 @@ type chargesConfig struct {
 	AuthorizationTTL, ExpiryInterval time.Duration
 }
 
-// processorConfig: the card processor. URL "" is none: card charges are
-// refused.
+// processorConfig: the card processor (kind), the simulator at URL or
+// Stripe. None: card charges are refused.
 type processorConfig struct {
-	URL, WebhookSecret                                string
+	Kind, URL, WebhookSecret                          string
+	Stripe                                            stripeConfig
 	Wait, Timeout, DecisionDeadline, RecoveryInterval time.Duration
 }
+
+// stripeConfig: the Stripe account (PROCESSOR=stripe).
+type stripeConfig struct{ APIKey, APIBase, Account, WebhookSecret string }
 
 // partsConfig: what serve runs beside the API. PprofAddr "" is no profiler.
 type partsConfig struct {
@@ -205,7 +209,7 @@ func (c config) check(reads func(env string) bool, name func(env string) string)
 
 // rules are the checks, in the order they are applied.
 func (c config) rules() []rule {
-	ttl, wait, commit := c.Keys.TTL, c.Pool.KeyWait, c.Pool.CommitWait
+	ttl, wait, commit, p := c.Keys.TTL, c.Pool.KeyWait, c.Pool.CommitWait, c.Processor
 	return []rule{
 		{[]string{"IDEMPOTENCY_TTL"}, ttl < minKeyTTL,
 			"%s is below the floor of %s: a key must outlive every retry of its request", []any{ttl, minKeyTTL}},
@@ -235,6 +239,22 @@ func (c config) rules() []rule {
 		{[]string{"PROCESSOR_DECISION_DEADLINE", "PROCESSOR_TIMEOUT"}, c.Processor.DecisionDeadline <= c.Processor.Timeout,
 			"%s is not above PROCESSOR_TIMEOUT (%s): an authorization whose answer was lost could never be sent again before the processor decides",
 			[]any{c.Processor.DecisionDeadline, c.Processor.Timeout}},
+		{[]string{"PROCESSOR", "PROCESSOR_URL"}, p.Kind == processorSimulator && p.URL == "",
+			"simulator needs PROCESSOR_URL, the simulator's address", nil},
+		{[]string{"PROCESSOR_URL", "PROCESSOR"}, p.URL != "" && p.Kind != "" && p.Kind != processorSimulator,
+			"is the simulator's address, but PROCESSOR is %s (for Stripe, STRIPE_API_BASE says where its API is)", []any{p.Kind}},
+		{[]string{"PROCESSOR", "STRIPE_API_KEY"}, p.Kind == processorStripe && p.Stripe.APIKey == "",
+			"stripe needs STRIPE_API_KEY, the account's secret key", nil},
+		{[]string{"STRIPE_API_KEY", "PROCESSOR"}, p.Stripe.APIKey != "" && p.Kind != processorStripe,
+			"is set, but PROCESSOR is not stripe", nil},
+		{[]string{"STRIPE_API_BASE", "PROCESSOR"}, p.Stripe.APIBase != "" && p.Kind != processorStripe,
+			"is set, but PROCESSOR is not stripe", nil},
+		{[]string{"STRIPE_ACCOUNT", "PROCESSOR"}, p.Stripe.Account != "" && p.Kind != processorStripe,
+			"is set, but PROCESSOR is not stripe", nil},
+		{[]string{"STRIPE_WEBHOOK_SECRET", "PROCESSOR"}, p.Stripe.WebhookSecret != "" && p.Kind != processorStripe,
+			"is set, but PROCESSOR is not stripe", nil},
+		{[]string{"PROCESSOR_WEBHOOK_SECRET", "PROCESSOR"}, p.WebhookSecret != "" && p.Kind == processorStripe,
+			"is the simulator's; with PROCESSOR=stripe, STRIPE_WEBHOOK_SECRET verifies Stripe's webhooks", nil},
 		{[]string{"CHARGE_BATCHES", "DB_MAX_CONNS"}, c.Charges.Batches >= int(c.Pool.MaxConns),
 			"%d leaves no connection of DB_MAX_CONNS (%d) for other requests: each charge batch holds one; want fewer than DB_MAX_CONNS", []any{c.Charges.Batches, c.Pool.MaxConns}},
 	}

@@ -52,9 +52,27 @@ func TestProcessorSettings(t *testing.T) {
 		{map[string]string{"PROCESSOR_WAIT": "25s"}, "invalid PROCESSOR_WAIT"},
 		{map[string]string{"PROCESSOR_TIMEOUT": "2m"}, "invalid PROCESSOR_DECISION_DEADLINE"},
 		{map[string]string{"PROCESSOR_DECISION_DEADLINE": "30s"}, "invalid PROCESSOR_DECISION_DEADLINE"},
+		{map[string]string{"PROCESSOR": "adyen"}, "invalid PROCESSOR"},
+		{map[string]string{"PROCESSOR": "simulator"}, "invalid PROCESSOR: simulator needs PROCESSOR_URL"},
+		{map[string]string{"PROCESSOR": "stripe"}, "invalid PROCESSOR: stripe needs STRIPE_API_KEY"},
+		{map[string]string{"PROCESSOR": "stripe", "STRIPE_API_KEY": "sk_test_1", "PROCESSOR_URL": "http://127.0.0.1:8090"}, "invalid PROCESSOR_URL"},
+		{map[string]string{"PROCESSOR": "stripe", "STRIPE_API_KEY": "sk_test_1", "PROCESSOR_WEBHOOK_SECRET": "s"}, "invalid PROCESSOR_WEBHOOK_SECRET"},
+		{map[string]string{"PROCESSOR": "none", "PROCESSOR_URL": "http://127.0.0.1:8090"}, "invalid PROCESSOR_URL"},
+		{map[string]string{"STRIPE_API_KEY": "sk_test_1"}, "invalid STRIPE_API_KEY"},
+		{map[string]string{"PROCESSOR_URL": "http://127.0.0.1:8090", "STRIPE_WEBHOOK_SECRET": "whsec_1"}, "invalid STRIPE_WEBHOOK_SECRET"},
+		{map[string]string{"PROCESSOR": "stripe", "STRIPE_API_KEY": "sk_test_1", "STRIPE_API_BASE": "localhost:12111"}, "invalid STRIPE_API_BASE"},
+		{map[string]string{"PROCESSOR": "stripe", "STRIPE_API_KEY": "sk_test_1", "STRIPE_ACCOUNT": "42"}, "invalid STRIPE_ACCOUNT"},
 	} {
 		if _, err := loadConfig("serve", nil, envOf(tc.env), io.Discard, io.Discard); err == nil || !strings.HasPrefix(err.Error(), tc.blame) {
 			t.Errorf("%v: %v, want %s", tc.env, err, tc.blame)
 		}
+		if err != nil && strings.Contains(err.Error(), "sk_test_1") {
+			t.Errorf("%v: %v names the API key", tc.env, err)
+		}
+	}
+	cfg, err = loadConfig("serve", nil, envOf(map[string]string{"PROCESSOR": "stripe", "STRIPE_API_KEY": "sk_test_1",
+		"STRIPE_ACCOUNT": "acct_1", "STRIPE_WEBHOOK_SECRET": "whsec_1"}), io.Discard, io.Discard)
+	if s := cfg.Processor.Stripe; err != nil || cfg.Processor.kind() != processorStripe || s.APIKey != "sk_test_1" || s.Account != "acct_1" || s.WebhookSecret != "whsec_1" {
+		t.Errorf("stripe: %+v, %v", cfg.Processor, err)
 	}
 }

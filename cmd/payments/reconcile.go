@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/processor"
+	"github.com/exactlyonce/payments/internal/processor/stripeproc"
 	"github.com/exactlyonce/payments/internal/reconcile"
 )
 
@@ -82,10 +84,10 @@ func reconcileCommand(ctx context.Context, args []string, getenv func(string) st
 	if err != nil {
 		return err
 	}
-	if cfg.Processor.URL == "" {
-		return fmt.Errorf("%s: PROCESSOR_URL is empty: there is no processor to reconcile with", cmd)
+	name, records, err := reconcileRecords(ctx, cfg, stderr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	p := processor.NewSimulator(cfg.Processor.URL, &http.Client{Timeout: cfg.Processor.Timeout})
 	store, err := openAdmin(ctx, func() (config, error) { return cfg, nil })
 	if err != nil {
 		return err
@@ -94,7 +96,7 @@ func reconcileCommand(ctx context.Context, args []string, getenv func(string) st
 	// A payment may be created up to the decision deadline after our
 	// operation (a re-drive): the processor's records are read that far
 	// past the window.
-	report, err := reconcile.Reconcile(ctx, store.Reconciliations, p, p.Name(), since, until,
+	report, err := reconcile.Reconcile(ctx, store.Reconciliations, records, name, since, until,
 		reconcile.Options{Settle: *settle, Lag: cfg.Processor.DecisionDeadline + cfg.Processor.Timeout})
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
@@ -106,6 +108,30 @@ func reconcileCommand(ctx context.Context, args []string, getenv func(string) st
 		return mismatchesError{n}
 	}
 	return nil
+}
+
+// reconcileRecords returns the records of the processor PROCESSOR names,
+// and its name (processor.Processor.Name: only its operations are
+// compared), each call bounded by PROCESSOR_TIMEOUT. Stripe's adapter logs
+// its refusals to stderr. It returns an error when there is none.
+func reconcileRecords(ctx context.Context, cfg config, stderr io.Writer) (string, processor.Records, error) {
+	p := cfg.Processor
+	client := &http.Client{Timeout: p.Timeout}
+	switch p.kind() {
+	case processorSimulator:
+		s := processor.NewSimulator(p.URL, client)
+		return s.Name(), s, nil
+	case processorStripe:
+		sctx, cancel := context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+		s, err := stripeproc.New(sctx, stripeproc.Config{APIKey: p.Stripe.APIKey, APIBase: p.Stripe.APIBase,
+			Account: p.Stripe.Account, HTTPClient: client, Log: slog.New(slog.NewJSONHandler(stderr, nil))})
+		if err != nil {
+			return "", nil, err
+		}
+		return s.Name(), s, nil
+	}
+	return "", nil, errors.New("no card processor is configured (PROCESSOR, PROCESSOR_URL): there is nothing to reconcile with")
 }
 
 // reconcileWindow parses --since and --until (empty: now) and checks that

@@ -133,7 +133,9 @@ func TestReconcileCommand(t *testing.T) {
 		{nil, []string{"reconcile", "--since", "2999-01-01", "--until", "2999-01-02"}, "is in the future"},
 		{nil, append([]string{"reconcile", "--format", "xml"}, window...), `--format must be json or csv, not "xml"`},
 		{nil, append([]string{"reconcile", "extra"}, window...), `unexpected argument "extra"`},
-		{map[string]string{"PROCESSOR_URL": ""}, append([]string{"reconcile"}, window...), "PROCESSOR_URL is empty"},
+		{map[string]string{"PROCESSOR_URL": ""}, append([]string{"reconcile"}, window...), "no card processor is configured"},
+		{map[string]string{"PROCESSOR": "stripe", "PROCESSOR_URL": "", "STRIPE_API_KEY": "sk_test_x", "STRIPE_API_BASE": "http://127.0.0.1:1",
+			"STRIPE_ACCOUNT": "acct_x"}, append([]string{"reconcile"}, window...), "reconcile: read the processor's payments: processor: outcome unknown"},
 		{map[string]string{"PROCESSOR_URL": "http://127.0.0.1:1"}, append([]string{"reconcile"}, window...),
 			"reconcile: read the processor's payments: processor: outcome unknown"},
 	} {

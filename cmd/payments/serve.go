@@ -39,7 +39,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer store.Close()
 	m.Pool(store.Pool())
 	path := openCharging(cfg, store, log, m)
-	cardCharges := openCards(cfg, store, log, m)
+	cardCharges, err := openCards(ctx, cfg, store, log, m)
+	if err != nil {
+		return err
+	}
 	defer cardCharges.Wait() // the calls to the processor under way, before the store closes
 	// IDEMPOTENCY_WAIT bounds a retry's wait for its twin in this process
 	// (the coalescer), as lock_timeout bounds it across replicas.
@@ -94,7 +97,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	stopSampler := runBackground(ctx, func(ctx context.Context) { sampler.Run(ctx, cfg.Monitor.Sample, log) })
 	defer stopSampler()
 	// payments reconcile records its runs; the newest is sampled likewise.
-	reconciled := m.Reconciliation(cfg.Processor.URL != "", reconcileSampler(monitor))
+	reconciled := m.Reconciliation(cfg.Processor.kind() != processorNone, reconcileSampler(monitor))
 	stopReconciled := runBackground(ctx, func(ctx context.Context) { reconciled.Run(ctx, cfg.Monitor.Sample, log) })
 	defer stopReconciled()
 	if cfg.Parts.PprofAddr != "" {

@@ -43,7 +43,7 @@ import (
 // Options tune Cards. Zero durations take the defaults.
 type Options struct {
 	// Processor is the card processor; nil refuses every card charge with
-	// payment.ErrProcessorNotConfigured, writing nothing.
+	// payment.ErrNoProcessor, writing nothing.
 	Processor processor.Processor
 	// Render renders a charge's final state as the response stored under
 	// its key (201, 402, ...): the caller knows status codes, this package
@@ -54,7 +54,9 @@ type Options struct {
 	// response stored under its key (200, 201, 409, ...). An error stores
 	// nothing.
 	RenderOperation func(payment.CardOperation) (idempotency.Response, error)
-	// WebhookSecret verifies the processor's webhooks (events.go).
+	// Webhooks verifies and decodes the processor's webhooks (events.go);
+	// nil: the simulator's, signed with WebhookSecret.
+	Webhooks      processor.Webhooks
 	WebhookSecret string
 	// Wait (PROCESSOR_WAIT, default 5s) is how long a charge's request
 	// waits for its outcome; KeyWait (IDEMPOTENCY_WAIT, default 5s) how
@@ -116,8 +118,11 @@ func (o Options) withDefaults() Options {
 // OldestOpen are its last reading of the operations (Store.Open).
 type Stats struct {
 	Lookups, Redrives, Reversals, Reviews atomic.Int64
-	Open, InReview                        atomic.Int64
-	OldestOpen                            atomic.Int64 // nanoseconds
+	// KeyMismatches counts the processor's refusals of one of our
+	// processor keys sent again with other parameters (a bug of ours).
+	KeyMismatches  atomic.Int64
+	Open, InReview atomic.Int64
+	OldestOpen     atomic.Int64 // nanoseconds
 }
 
 // Cards charges cards at the processor.
@@ -143,12 +148,12 @@ func (c *Cards) Wait() { c.calls.Wait() }
 // returns the key's final response (a replay when it was stored before), or,
 // when the outcome is not known within the wait, the charge as it stands
 // with the operation it waits for (res.Operation set; nothing is stored).
-// Errors: payment.ErrProcessorNotConfigured, the key contract's
+// Errors: payment.ErrNoProcessor, the key contract's
 // (idempotency.ErrKeyReused, ErrKeyInUse), payment.ErrUnavailable, and
 // ctx's when the client left (the charge goes on).
 func (c *Cards) Charge(ctx context.Context, req idempotency.Request, in payment.NewCardCharge) (res idempotency.Result, processing *payment.Charge, err error) {
 	if c.opts.Processor == nil {
-		return idempotency.Result{}, nil, payment.ErrProcessorNotConfigured
+		return idempotency.Result{}, nil, payment.ErrNoProcessor
 	}
 	var started carddb.Operation
 	res, err = c.keys.Idempotent(ctx, req, func(ctx context.Context, tx carddb.Tx) (idempotency.Answer, error) {
@@ -254,7 +259,7 @@ func (c *Cards) goCall(op carddb.Operation, send func(context.Context) processor
 		defer c.calls.Done()
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
-		o := outcomeOf(send(ctx))
+		o := outcomeOf(c.counted(send(ctx)))
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -268,6 +273,14 @@ func (c *Cards) goCall(op carddb.Operation, send func(context.Context) processor
 		}
 	}()
 	return done
+}
+
+// counted is r, counted in Stats when the processor refused our key.
+func (c *Cards) counted(r processor.Result) processor.Result {
+	if r.Code == processor.CodeKeyMismatch {
+		c.Stats.KeyMismatches.Add(1)
+	}
+	return r
 }
 
 func authorization(op carddb.Operation) processor.Authorization {

@@ -28,14 +28,18 @@ const signatureTolerance = 5 * time.Minute
 
 // HandleEvent verifies the processor's webhook (body and its signature
 // header) and applies what a lookup by our reference then says. An event about a reference
-// that is not ours is ignored. Errors: payment.ErrProcessorNotConfigured,
+// that is not ours is ignored. Errors: payment.ErrNoProcessor,
 // processor.ErrBadEvent, payment.ErrUnavailable (the processor should deliver it
 // again). A webhook that does not verify is processor.ErrBadEvent.
 func (c *Cards) HandleEvent(ctx context.Context, signature string, body []byte) error {
 	if c.opts.Processor == nil {
-		return payment.ErrProcessorNotConfigured
+		return payment.ErrNoProcessor
 	}
-	ev, err := processor.ParseSimulatorEvent(c.opts.WebhookSecret, signature, body, signatureTolerance, time.Now())
+	hooks := c.opts.Webhooks
+	if hooks == nil {
+		hooks = processor.SimulatorWebhooks{Secret: c.opts.WebhookSecret}
+	}
+	ev, err := hooks.ParseEvent(signature, body, signatureTolerance, time.Now())
 	if err != nil {
 		return err
 	}

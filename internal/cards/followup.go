@@ -75,7 +75,7 @@ func (c *Cards) Refund(ctx context.Context, req idempotency.Request, chargeID uu
 
 func (c *Cards) followUp(ctx context.Context, req idempotency.Request, kind string, chargeID uuid.UUID, amount *int64) (idempotency.Result, *payment.Charge, error) {
 	if c.opts.Processor == nil {
-		return idempotency.Result{}, nil, payment.ErrProcessorNotConfigured
+		return idempotency.Result{}, nil, payment.ErrNoProcessor
 	}
 	var started carddb.Operation
 	res, err := c.keys.Idempotent(ctx, req, func(ctx context.Context, tx carddb.Tx) (idempotency.Answer, error) {
@@ -336,7 +336,7 @@ func (c *Cards) checkFollowUp(ctx context.Context, op carddb.Operation, fetched 
 	}
 	c.Stats.Redrives.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
-	res := c.send(cctx, op)
+	res := c.counted(c.send(cctx, op))
 	cancel()
 	return c.applyFollowUp(ctx, op, fetched, outcomeOf(res))
 }

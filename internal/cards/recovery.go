@@ -104,7 +104,7 @@ func (c *Cards) check(ctx context.Context, op carddb.Operation, fetched time.Tim
 		c.Stats.Reversals.Add(1)
 		cctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
 		key := processorKey(op.ID, "reverse-"+strconv.Itoa(op.ReversalRound))
-		res := c.opts.Processor.Reverse(cctx, key, reference(op))
+		res := c.counted(c.opts.Processor.Reverse(cctx, key, reference(op)))
 		cancel()
 		o := outcome{kind: reversalRefused, code: res.Code}
 		if res.Outcome == processor.Approved {
@@ -146,7 +146,7 @@ func (c *Cards) lookup(ctx context.Context, op carddb.Operation, fetched time.Ti
 	case now.Before(op.DecisionDeadline.Add(-c.opts.CallTimeout)):
 		c.Stats.Redrives.Add(1)
 		cctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
-		res := c.opts.Processor.Authorize(cctx, authorization(op))
+		res := c.counted(c.opts.Processor.Authorize(cctx, authorization(op)))
 		cancel()
 		return outcomeOf(res), nil
 	case now.Before(op.DecisionDeadline):

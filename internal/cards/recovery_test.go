@@ -240,8 +240,9 @@ func TestWithoutAProcessorNothingIsWritten(t *testing.T) {
 	api := testkit.StartAPI(t, pgtest.NewDatabase(t), testkit.APIOptions{Cards: &cards.Options{}})
 	b := &bundle{api: api, client: http.DefaultClient}
 	a := b.charge(t, "k-none", "pm_card_approve")
-	if a.status != http.StatusServiceUnavailable || !bytes.Contains(a.body, []byte(`"code":"processor-not-configured"`)) {
-		t.Fatalf("charge: %d %s, want 503 processor-not-configured", a.status, a.body)
+	if a.status != http.StatusBadRequest || !bytes.Contains(a.body, []byte(`"code":"no-card-processor"`)) ||
+		!bytes.Contains(a.body, []byte("PROCESSOR")) {
+		t.Fatalf("charge: %d %s, want 400 no-card-processor naming PROCESSOR", a.status, a.body)
 	}
 	var charges, keys int
 	if err := api.DB.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1),

@@ -46,7 +46,7 @@ const retryAfterProcessing = 1
 // bound to the charge until its outcome is written).
 func (s *Server) createCardCharge(w http.ResponseWriter, r *http.Request, req idempotency.Request, in payment.NewCardCharge) {
 	if s.opts.Cards == nil {
-		s.fail(w, r, payment.ErrProcessorNotConfigured)
+		s.fail(w, r, payment.ErrNoProcessor)
 		return
 	}
 	_ = s.executeWith(w, r, req, func(ctx context.Context) (idempotency.Result, error) {
@@ -133,13 +133,25 @@ func (s *Server) cardOperation(w http.ResponseWriter, r *http.Request, req idemp
 	})
 }
 
-// processorEvent receives the processor's webhooks (POST
-// /v1/processor/events): no API key, but a signature the processor makes
-// with PROCESSOR_WEBHOOK_SECRET. 200 once applied (or known already), 400
-// for a webhook that does not verify, 503 for one to deliver again.
+// processorEvent receives the simulator's webhooks (POST
+// /v1/processor/events), signed with PROCESSOR_WEBHOOK_SECRET;
+// stripeEvent Stripe's (POST /v1/processor/stripe/events), signed with
+// STRIPE_WEBHOOK_SECRET. No API key, but the processor's signature: 200
+// once applied (or known already), 400 for a webhook that does not verify,
+// 503 for one to deliver again.
 func (s *Server) processorEvent(w http.ResponseWriter, r *http.Request) {
+	s.receiveEvent(w, r, processor.SimulatorSignatureHeader, "PROCESSOR_WEBHOOK_SECRET")
+}
+
+func (s *Server) stripeEvent(w http.ResponseWriter, r *http.Request) {
+	s.receiveEvent(w, r, "Stripe-Signature", "STRIPE_WEBHOOK_SECRET")
+}
+
+// receiveEvent hands a webhook, signed in header with the secret setting
+// names, to the card charges.
+func (s *Server) receiveEvent(w http.ResponseWriter, r *http.Request, header, setting string) {
 	if s.opts.Cards == nil {
-		s.fail(w, r, payment.ErrProcessorNotConfigured)
+		s.fail(w, r, payment.ErrNoProcessor)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
@@ -147,9 +159,9 @@ func (s *Server) processorEvent(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, &bodyError{detail: "could not read the request body"})
 		return
 	}
-	err = s.opts.Cards.HandleEvent(r.Context(), r.Header.Get(processor.SimulatorSignatureHeader), body)
+	err = s.opts.Cards.HandleEvent(r.Context(), r.Header.Get(header), body)
 	if errors.Is(err, processor.ErrBadEvent) {
-		s.fail(w, r, &bodyError{detail: "not a verified processor event: check its signature and PROCESSOR_WEBHOOK_SECRET"})
+		s.fail(w, r, &bodyError{detail: "not a verified processor event: check its " + header + " header and " + setting})
 		return
 	}
 	s.answer(w, r, err, map[string]bool{"received": true})

@@ -10,7 +10,7 @@ func RouteQueries() map[string][]string {
 		}
 	}
 	add("/v1", v1Routes...)
-	add("/v1", processorRoute)
+	add("/v1", processorRoutes...)
 	add("", openRoutes...)
 	add("", docsRoute)
 	return m

@@ -70,8 +70,10 @@ var (
 		"The charge failed at the card processor without a decline: past the processor's decision deadline it had no record of it, or it cancelled it itself, or an operator settled it as failed after a review of the processor's records (the charge's failure_code says which). No money moved. The failed charge is recorded (charge_id) and this answer is replayed for retries of the same request."}
 	probChargeReversed = problemType{"charge-reversed", http.StatusPaymentRequired, "Charge reversed",
 		"The card processor's outcome stayed unknown past its decision deadline, so the charge was reversed there: whatever it did was cancelled or refunded, and no money moved. The charge is recorded (charge_id, status reversed) and this answer is replayed for retries of the same request."}
+	probNoProcessor = problemType{"no-card-processor", http.StatusBadRequest, "No card processor",
+		"This deployment charges no cards: it has no card processor (its operator's PROCESSOR setting is none), so charges by payment_method, their captures, voids and refunds, and processors' webhooks are refused. Nothing was written. Charges by account_id work."}
 	probProcessorNotConfigured = problemType{"processor-not-configured", http.StatusServiceUnavailable, "Processor not configured",
-		"This deployment has no card processor (PROCESSOR_URL is not set), so charges by payment_method are refused; or the card charge was authorized at a processor this deployment is not configured for, and its captures, voids and refunds go only to that one. Nothing was written; a retry with the same Idempotency-Key is safe. Charges by account_id work."}
+		"The card charge was authorized at a processor this deployment is not configured for (its PROCESSOR changed while the charge's operations were open), and its captures, voids and refunds go only to that one. Nothing was written; a retry with the same Idempotency-Key is safe once a replica configured for that processor serves it."}
 	probOperationInProgress = problemType{"charge-operation-in-progress", http.StatusConflict, "Charge operation in progress",
 		"A capture or void of this card charge is in flight at the card processor (or awaiting an operator's review); its outcome decides what the charge is, and the charge keeps its status until then (charge_status). Read the charge again later. This answer is stored: a retry with the same Idempotency-Key replays it; send a new key to try again."}
 	probProcessorDeclined = problemType{"processor-declined", http.StatusConflict, "Declined by the card processor",
@@ -85,7 +87,7 @@ var problemCatalogue = []problemType{
 	probNotFound, probAccountNotFound, probMethodNotAllowed, probTooManyUnknownKeys, probKeyInUse, probTooLarge,
 	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
 	probNotCapturable, probNotVoidable, probCaptureExceeds, probTooManyWebhookEndpoints, probInternal, probUnavailable, probShuttingDown,
-	probCardDeclined, probCardChargeFailed, probChargeReversed, probProcessorNotConfigured,
+	probCardDeclined, probCardChargeFailed, probChargeReversed, probNoProcessor, probProcessorNotConfigured,
 	probOperationInProgress, probProcessorDeclined,
 }
 
@@ -113,6 +115,7 @@ var errorProblems = []struct {
 	{payment.ErrCardDeclined, probCardDeclined},
 	{payment.ErrCardChargeFailed, probCardChargeFailed},
 	{payment.ErrChargeReversed, probChargeReversed},
+	{payment.ErrNoProcessor, probNoProcessor},
 	{payment.ErrProcessorNotConfigured, probProcessorNotConfigured},
 	{payment.ErrOperationInProgress, probOperationInProgress},
 	{payment.ErrProcessorDeclined, probProcessorDeclined},

@@ -57,9 +57,13 @@ var openRoutes = []route{
 	{http.MethodGet, "/problems/{slug}", nil, (*Server).problemDoc},
 }
 
-// processorRoute receives the card processor's webhooks, under /v1 but
-// without an API key: their signature says who sent them (cards.go).
-var processorRoute = route{http.MethodPost, "/processor/events", nil, (*Server).processorEvent}
+// processorRoutes receive the card processors' webhooks, the simulator's
+// and Stripe's, under /v1 but without an API key: their signature says who
+// sent them (cards.go).
+var processorRoutes = []route{
+	{http.MethodPost, "/processor/events", nil, (*Server).processorEvent},
+	{http.MethodPost, "/processor/stripe/events", nil, (*Server).stripeEvent},
+}
 
 // docsRoute is the documentation page, mounted with its assets under /docs
 // when Options.Docs is set; none of them takes a query parameter.
@@ -75,7 +79,9 @@ func (s *Server) routes(r chi.Router) {
 	}
 	r.Route("/v1", func(r chi.Router) {
 		// The processor's webhooks carry no API key but its signature.
-		r.Method(processorRoute.method, processorRoute.pattern, s.handler(processorRoute))
+		for _, rt := range processorRoutes {
+			r.Method(rt.method, rt.pattern, s.handler(rt))
+		}
 		r.Group(func(r chi.Router) {
 			r.Use(s.authenticate)
 			for _, rt := range v1Routes {

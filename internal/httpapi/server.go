@@ -78,7 +78,7 @@ type Options struct {
 	TrustedProxies []netip.Prefix
 	// Cards charges cards at the processor (POST /v1/charges with a
 	// payment_method) and receives its webhooks; nil refuses them with
-	// 503 processor-not-configured.
+	// 400 no-card-processor.
 	Cards CardBackend
 	// AllowPrivateNetworks lets webhook endpoints have http URLs and local
 	// addresses (WEBHOOK_ALLOW_PRIVATE_NETWORKS): for development and tests

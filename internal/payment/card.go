@@ -186,9 +186,14 @@ type CardOperation struct {
 	Err    error
 }
 
-// ErrProcessorNotConfigured is a card charge asked of a service that has
-// no card processor (PROCESSOR_URL). Nothing was written.
-var ErrProcessorNotConfigured = errors.New("no card processor is configured")
+// ErrNoProcessor is a card charge, or a webhook, asked of a service that
+// charges no cards (PROCESSOR is none). Nothing was written.
+var ErrNoProcessor = errors.New("this deployment charges no cards: no card processor is configured (PROCESSOR is none; set PROCESSOR=simulator or stripe)")
+
+// ErrProcessorNotConfigured is a capture, void or refund of a card charge
+// authorized at a processor this service is not configured for: its
+// operations go to that one alone. Nothing was written.
+var ErrProcessorNotConfigured = errors.New("the card charge's processor is not configured here")
 
 // The refusals a card charge is answered with once final without an
 // approval (CardChargeFailure says which).

@@ -62,3 +62,26 @@ func ParseSimulatorEvent(secret, signature string, body []byte, tolerance time.D
 	}
 	return ev, nil
 }
+
+// Webhooks verifies and decodes a processor's webhooks: each adapter's own
+// signature scheme.
+type Webhooks interface {
+	// SignatureHeader names the request header that carries a webhook's
+	// signature.
+	SignatureHeader() string
+	// ParseEvent verifies signature over body, made within tolerance of
+	// now, and decodes the event. Its errors are ErrBadEvent. An event that
+	// is about no payment has an empty Payment.
+	ParseEvent(signature string, body []byte, tolerance time.Duration, now time.Time) (Event, error)
+}
+
+// SimulatorWebhooks verifies the simulator's webhooks with Secret.
+type SimulatorWebhooks struct{ Secret string }
+
+// SignatureHeader is SimulatorSignatureHeader.
+func (SimulatorWebhooks) SignatureHeader() string { return SimulatorSignatureHeader }
+
+// ParseEvent is ParseSimulatorEvent with w's secret.
+func (w SimulatorWebhooks) ParseEvent(signature string, body []byte, tolerance time.Duration, now time.Time) (Event, error) {
+	return ParseSimulatorEvent(w.Secret, signature, body, tolerance, now)
+}

@@ -68,6 +68,11 @@ type Authorization struct {
 	Capture       bool // capture now; false authorizes only
 }
 
+// CodeKeyMismatch is the Code of an Unknown result the processor gave
+// because our processor key came again with other parameters: a bug of
+// ours, never the card's decline. The use case counts them for an alert.
+const CodeKeyMismatch = "idempotency_key_mismatch"
+
 // ErrUnknown wraps a lookup that did not get an answer.
 var ErrUnknown = errors.New("processor: outcome unknown")
 
