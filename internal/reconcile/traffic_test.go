@@ -25,8 +25,15 @@ type shop struct {
 	api       *testkit.API
 	dbURL     string
 	sim       *procsimtest.Sim
-	processor *processor.Simulator
+	processor namedRecords
+	methods   []string // the test payment methods traffic cycles through
 	client    *http.Client
+}
+
+// namedRecords is a processor's records and its name.
+type namedRecords interface {
+	processor.Records
+	Name() string
 }
 
 // startShop starts the simulator (its decision deadline 4 s, faults at
@@ -44,7 +51,10 @@ func startShop(t *testing.T, faultRate string) *shop {
 		Poll: 20 * time.Millisecond, KeyWait: 3 * time.Second}
 	dbURL := pgtest.NewDatabase(t)
 	api := testkit.StartAPI(t, dbURL, testkit.APIOptions{Cards: &o})
-	return &shop{api: api, dbURL: dbURL, sim: sim, processor: p, client: &http.Client{Timeout: 30 * time.Second}}
+	methods := []string{"pm_card_approve", "pm_card_decline_insufficient_funds", "pm_card_approve_lose_response",
+		"pm_card_5xx_after", "pm_card_5xx_before", "pm_card_slow", "pm_card_async_pending", "pm_card_approve",
+		"pm_card_approve_answer_late", "pm_card_approve"}
+	return &shop{api: api, dbURL: dbURL, sim: sim, processor: p, methods: methods, client: &http.Client{Timeout: 30 * time.Second}}
 }
 
 // post sends body to path under key until it is answered with something
@@ -89,15 +99,14 @@ type charged struct {
 	refunded           bool
 }
 
-// traffic charges n cards, 8 at a time, cycling through the simulator's
-// test methods (approvals, declines, lost, late, failed and slow answers,
-// decisions made later), some with capture false then captured in part,
-// some refunded in part; each client retries with its key until answered.
+// traffic charges n cards, 8 at a time, cycling through the shop's test
+// methods (at the simulator: approvals, declines, lost, late, failed and
+// slow answers, decisions made later), some with capture false then
+// captured in part, some refunded in part; each client retries with its key
+// until answered.
 func (s *shop) traffic(t *testing.T, n int) []charged {
 	t.Helper()
-	methods := []string{"pm_card_approve", "pm_card_decline_insufficient_funds", "pm_card_approve_lose_response",
-		"pm_card_5xx_after", "pm_card_5xx_before", "pm_card_slow", "pm_card_async_pending", "pm_card_approve",
-		"pm_card_approve_answer_late", "pm_card_approve"}
+	methods := s.methods
 	out := make([]charged, n)
 	var wg sync.WaitGroup
 	work := make(chan int)

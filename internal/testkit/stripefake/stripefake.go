@@ -190,6 +190,8 @@ func (s *Server) route(w *httptest.ResponseRecorder, r *http.Request) {
 		s.refund(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		s.search(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents":
+		s.list(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "", "unrecognized request URL")
 	}
@@ -290,6 +292,43 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "search_result", "data": data, "has_more": false, "url": "/v1/payment_intents/search"})
+}
+
+// list lists the intents created in [created[gte], created[lt]), newest
+// first, a page of limit (default 10) after starting_after, as Stripe does.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+	lt, err := strconv.ParseInt(q.Get("created[lt]"), 10, 64)
+	if err != nil {
+		lt = 1 << 62
+	}
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit <= 0 {
+		limit = 10
+	}
+	var page []any
+	after, skipping := q.Get("starting_after"), q.Get("starting_after") != ""
+	more := false
+	for i := len(s.intents) - 1; i >= 0; i-- {
+		in := s.intents[i]
+		if c := in.Created.Unix(); c < gte || c >= lt {
+			continue
+		}
+		if skipping {
+			skipping = in.ID != after
+			continue
+		}
+		if len(page) == limit {
+			more = true
+			break
+		}
+		page = append(page, intentJSON(in))
+	}
+	if page == nil {
+		page = []any{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": page, "has_more": more, "url": "/v1/payment_intents"})
 }
 
 func intentJSON(in *Intent) map[string]any {
