@@ -54,6 +54,9 @@ const procRecoveryBound = procDecisionDeadline + procCallTimeout + 5*time.Second
 // approval per client charge, no approval the service does not hold as a
 // success of its amount, no success without an approval, every charge final
 // or in review within procRecoveryBound, every transition's event once.
+// Then `payments reconcile` holds the ledger against the simulator's
+// records: no mismatch, and, with two faults planted in our tables, exactly
+// those two named (procreconcile_test.go).
 // CHAOS_SEED repeats a run's draws (the charges, the faults' times and the
 // simulator's fault sequence; not the goroutines' interleaving).
 func TestProcessorFaults(t *testing.T) {
@@ -331,6 +334,7 @@ func (r *procRun) judge(t *testing.T, trafficEnd time.Time, requestsInRun int64,
 		t.Logf("%d charges in review (an operator settles them):\n%s", len(audit.review), strings.Join(audit.review, "\n"))
 	}
 	r.logRun(t, audit, planned, requestsInRun, resolved)
+	mismatches := r.reconcile(t)
 	st := c.stats
 	summary{
 		scenario:   r.sc.name,
@@ -338,7 +342,7 @@ func (r *procRun) judge(t *testing.T, trafficEnd time.Time, requestsInRun int64,
 		faults:     r.faultsLine(),
 		duplicates: audit.doubleApprovals + view.duplicates,
 		lost:       audit.lost(),
-		violations: audit.violations() + view.violations() + len(stillOpen) + len(replays) + len(leaked) +
+		violations: audit.violations() + view.violations() + len(stillOpen) + len(replays) + len(leaked) + mismatches +
 			int(st.internal.Load()+st.badProblems.Load()),
 		command: r.command(),
 	}.log(t, time.Since(r.s.began))
