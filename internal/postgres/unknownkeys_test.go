@@ -109,6 +109,23 @@ func TestUnknownKeysAreRemembered(t *testing.T) {
 	if got, err := s.Authenticate(ctx, revoked.Secret, "client"); err != nil || got != merchant {
 		t.Fatalf("before the revocation: %v, %v", got, err)
 	}
+	// That use is written off the request path (keyuse.go), on a pooled
+	// connection of its own: wait for it, so that it is not counted as a
+	// lookup below.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var written bool
+		hash := sha256.Sum256([]byte(revoked.Secret))
+		if err := s.Pool().QueryRow(ctx, `SELECT last_used_at IS NOT NULL FROM api_keys WHERE hash = $1`, hash[:]).Scan(&written); err != nil {
+			t.Fatal(err)
+		}
+		if written {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key's use was not written within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if _, err := s.RevokeAPIKey(ctx, revoked.ID); err != nil {
 		t.Fatal(err)
 	}
