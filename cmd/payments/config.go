@@ -230,6 +230,13 @@ func (c config) rules() []rule {
 			"%d is above %d: one batch is one DELETE, and a larger one stalls live traffic", []any{c.Keys.JanitorBatch, maxJanitorBatch}},
 		{[]string{"CHARGE_AUTHORIZATION_TTL"}, c.Charges.AuthorizationTTL < minAuthorizationTTL,
 			"%s is below %s: a hold would lapse before its client could capture it", []any{c.Charges.AuthorizationTTL, minAuthorizationTTL}},
+		// An authorization's expires_at counts from its transaction's start;
+		// a wait for its locked account (IDEMPOTENCY_WAIT) and the standby's
+		// confirmation (COMMIT_WAIT) may come between that and its answer,
+		// which must never show it expired already.
+		{[]string{"CHARGE_AUTHORIZATION_TTL", "IDEMPOTENCY_WAIT", "COMMIT_WAIT"}, c.Charges.AuthorizationTTL <= wait+commit+time.Second,
+			"%s is not above IDEMPOTENCY_WAIT (%s), COMMIT_WAIT (%s) and 1s: an authorization could be answered already expired",
+			[]any{c.Charges.AuthorizationTTL, wait, commit}},
 		{[]string{"CHARGE_AUTHORIZATION_TTL"}, c.Charges.AuthorizationTTL > maxAuthorizationTTL,
 			"%s is above %s (31 days): no card network lets an authorization stand longer", []any{c.Charges.AuthorizationTTL, maxAuthorizationTTL}},
 		{[]string{"EVENT_RETENTION"}, c.Relay.EventRetention <= webhook.DefaultRetryFor,

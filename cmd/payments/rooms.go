@@ -236,7 +236,8 @@ func (c *config) chargesRoom() room {
 			"refused unless below `DB_MAX_CONNS` (each batch holds a connection)",
 			positiveInt(&c.Charges.Batches)},
 		{"CHARGE_AUTHORIZATION_TTL", "charge-authorization-ttl", "168h", "how long an authorization (`\"capture\": false`) holds its amount: " +
-			"its `expires_at` is its creation plus this; refused below " + code(minAuthorizationTTL) + " or above " + code(maxAuthorizationTTL) + " (31 days)",
+			"its `expires_at` is its creation plus this; refused below " + code(minAuthorizationTTL) + " or above " + code(maxAuthorizationTTL) + " (31 days), " +
+			"and unless above `IDEMPOTENCY_WAIT` plus `COMMIT_WAIT` plus 1s (the longest an answer may follow its transaction's start: never answered expired)",
 			durationInto(&c.Charges.AuthorizationTTL)},
 		{"CHARGE_EXPIRY_INTERVAL", "charge-expiry-interval", "30s", "how often the authorizations past their `expires_at` are written as `expired`, " +
 			"with their `charge.expired` events, in batches (one sweeper across replicas); reads show them expired at once, sweep or not; at least `1s`",

@@ -25,6 +25,10 @@ func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idem
 		s.fail(w, r, err)
 		return idempotency.Request{}, false
 	}
+	if len(r.Header.Values("Content-Type")) > 1 {
+		s.fail(w, r, &bodyError{detail: "Content-Type is sent more than once; send it once, application/json"})
+		return idempotency.Request{}, false
+	}
 	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
 		s.fail(w, r, err)
 		return idempotency.Request{}, false
@@ -136,14 +140,15 @@ func refuse(field, format string, args ...any) error {
 // matching member names exactly to its fields' json tags (encoding/json would
 // match them case-insensitively, so {"amount":5,"Amount":6} would decode by
 // member order while the fingerprint ignores that order). It refuses unknown
-// members and wrong types with a detail that names the member; null leaves a
-// field as it is. dst's fields are strings, *string, *int64, *bool,
+// members, wrong types and null (which no request member allows: read as
+// "absent" it would take a field's default, which for a capture or a refund
+// is the most money) with a detail that names the member. dst's fields are strings, *string, *int64, *bool,
 // map[string]string and []string, all the request bodies need.
 func decodeDocument(doc any, dst any) error {
 	members, isObject := doc.([]idempotency.Member)
 	switch {
 	case doc == nil:
-		return nil // null: an empty request, as encoding/json decodes it
+		return refuse("", "the request body must be a JSON object, got null: send {} (or, where the body may be left out, nothing)")
 	case !isObject:
 		return refuse("", "the request body must be a JSON object, got %s", kindOf(doc))
 	}
@@ -160,7 +165,7 @@ func decodeDocument(doc any, dst any) error {
 			return refuse(m.Name, "unknown field %q", m.Name)
 		}
 		if m.Value == nil {
-			continue
+			return refuse(m.Name, "%s is null, which is no value for it: leave the member out for its default", m.Name)
 		}
 		if err := decodeMember(v.Field(i), m); err != nil {
 			return err

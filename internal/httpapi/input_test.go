@@ -66,6 +66,14 @@ func TestBadInputIsRefusedBeforeTheKeyIsClaimed(t *testing.T) {
 		{"metadata not strings", "", "application/json", withField(`"metadata":{"a":1}`), 400, "invalid-request", "metadata.a"},
 		{"metadata nested object", "", "application/json", withField(`"metadata":{"ok":"v","k":{"x":"y"},"z":[1]}`), 400, "invalid-request", "metadata.k"},
 		{"invalid UTF-8", "", "application/json", "{\"account_id\":\"\xff\"}", 400, "invalid-request", ""},
+		// null is no value the spec allows, and never "absent": it would
+		// read as the default, which for capture is to take the money now.
+		{"null body", "", "application/json", "null", 400, "invalid-request", ""},
+		{"amount null", "", "application/json", `{"account_id":"` + acct + `","amount":null,"currency":"USD"}`, 400, "invalid-request", "amount"},
+		{"capture null", "", "application/json", withField(`"capture":null`), 400, "invalid-request", "capture"},
+		{"description null", "", "application/json", withField(`"description":null`), 400, "invalid-request", "description"},
+		{"metadata null", "", "application/json", withField(`"metadata":null`), 400, "invalid-request", "metadata"},
+		{"two content types", "", "application/json\x00text/plain", valid, 400, "invalid-request", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,7 +88,8 @@ func TestBadInputIsRefusedBeforeTheKeyIsClaimed(t *testing.T) {
 			if tc.contentType == "" {
 				req.Header.Del("Content-Type")
 			} else {
-				req.Header.Set("Content-Type", tc.contentType)
+				// A NUL separates the values of a header sent twice.
+				req.Header["Content-Type"] = strings.Split(tc.contentType, "\x00")
 			}
 			r := f.do(req)
 			if r.status != tc.status || r.code(t) != tc.code {

@@ -13,7 +13,7 @@ import (
 // listQuery is the parsed query of a list endpoint.
 type listQuery struct {
 	limit         int
-	startingAfter uuid.UUID
+	startingAfter *uuid.UUID // nil: from the first
 	values        url.Values
 }
 
@@ -36,7 +36,7 @@ func parseListQuery(r *http.Request, prefix string) (listQuery, error) {
 		if !ok {
 			return q, payment.Invalid("starting_after", "must be an id starting with %s, got %q", prefix, v)
 		}
-		q.startingAfter = id
+		q.startingAfter = &id
 	}
 	return q, nil
 }
@@ -55,7 +55,7 @@ func (s *Server) listCharges(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, payment.Invalid("account_id", "must be an account id starting with acct_, got %q", v))
 			return
 		}
-		cq.AccountID = id
+		cq.AccountID = &id
 	}
 	page, err := s.backend.Charges(r.Context(), merchantFrom(r.Context()), cq)
 	s.answer(w, r, nameMissing(err, "account", q.values.Get("account_id")), page)

@@ -17,6 +17,9 @@ const publicHook = "https://93.184.215.14/hooks/payments"
 
 // endpointBody is a creation request for url subscribed to events.
 func endpointBody(url string, events ...string) string {
+	if events == nil {
+		events = []string{} // [], not null
+	}
 	ev, _ := json.Marshal(events)
 	u, _ := json.Marshal(url)
 	return `{"url":` + string(u) + `,"events":` + string(ev) + `}`
@@ -165,6 +168,7 @@ func TestWebhookEndpointRequestRefused(t *testing.T) {
 		{"unknown type", endpointBody(publicHook, "charge.refunded"), "events", `"charge.refunded" is not an event type`},
 		{"twice", endpointBody(publicHook, "charge.failed", "charge.failed"), "events", "twice"},
 		{"events not a list", `{"url":"` + publicHook + `","events":"*"}`, "events", ""},
+		{"events null", `{"url":"` + publicHook + `","events":null}`, "events", "null"},
 		{"unknown field", `{"url":"` + publicHook + `","events":["*"],"secret":"whsec_mine"}`, "secret", "unknown field"},
 		{"url not a string", `{"url":1,"events":["*"]}`, "url", ""},
 	} {

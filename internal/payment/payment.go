@@ -159,15 +159,15 @@ const (
 
 // ChargeQuery selects a page of charges, newest first.
 type ChargeQuery struct {
-	AccountID     uuid.UUID // uuid.Nil for every account
+	AccountID     *uuid.UUID // nil for every account
 	Limit         int
-	StartingAfter uuid.UUID // the last charge of the previous page, or uuid.Nil
+	StartingAfter *uuid.UUID // the last charge of the previous page, or nil
 }
 
 // EventQuery selects a page of events, oldest first.
 type EventQuery struct {
 	Limit         int
-	StartingAfter uuid.UUID // the last event of the previous page, or uuid.Nil
+	StartingAfter *uuid.UUID // the last event of the previous page, or nil
 }
 
 // Ledger moves money. (Charges are decided by ChargeAccount and written in

@@ -26,6 +26,8 @@ func (n NewAccount) Validate() error {
 
 // NewCharge is the request to charge an account.
 type NewCharge struct {
+	// AccountID is any account id, the all-zero one included (it names an
+	// account that does not exist): the request says whether one was given.
 	AccountID   uuid.UUID
 	Amount      int64
 	Currency    string
@@ -38,9 +40,6 @@ type NewCharge struct {
 
 // Validate returns a *ValidationError naming the first field that breaks the rules.
 func (n NewCharge) Validate() error {
-	if n.AccountID == uuid.Nil {
-		return Invalid("account_id", "is required")
-	}
 	if err := ValidateAmount("amount", n.Amount); err != nil {
 		return err
 	}

@@ -268,7 +268,7 @@ func (a RecordedAttempt) MarshalJSON() ([]byte, error) {
 // AttemptQuery selects a page of an endpoint's attempts, newest first.
 type AttemptQuery struct {
 	Limit         int
-	StartingAfter uuid.UUID // the last attempt of the previous page, or uuid.Nil
+	StartingAfter *uuid.UUID // the last attempt of the previous page, or nil
 }
 
 // ScheduledDelivery is a delivery a resend scheduled: the event, due now

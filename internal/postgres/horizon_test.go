@@ -69,7 +69,8 @@ func feed(t *testing.T, s *postgres.Store, merchant uuid.UUID) []uuid.UUID {
 		if !p.HasMore {
 			return ids
 		}
-		q.StartingAfter = ids[len(ids)-1]
+		last := ids[len(ids)-1]
+		q.StartingAfter = &last
 	}
 }
 
@@ -357,7 +358,8 @@ func TestFeedUnderRandomInterleaving(t *testing.T) {
 			}
 			feedRead.Store(int64(len(fromFeed)))
 			if len(p.Items) > 0 {
-				q.StartingAfter = p.Items[len(p.Items)-1].ID
+				last := p.Items[len(p.Items)-1].ID
+				q.StartingAfter = &last
 			}
 		}
 	})

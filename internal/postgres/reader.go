@@ -164,8 +164,8 @@ func (s *Reader) Charges(ctx context.Context, merchantID uuid.UUID, q payment.Ch
 
 func charges(ctx context.Context, db querier, merchantID uuid.UUID, q payment.ChargeQuery) (payment.Page[payment.Charge], error) {
 	after := int64(math.MaxInt64)
-	if q.StartingAfter != uuid.Nil {
-		err := db.QueryRow(ctx, chargeSeqSQL, merchantID, q.StartingAfter).Scan(&after)
+	if q.StartingAfter != nil {
+		err := db.QueryRow(ctx, chargeSeqSQL, merchantID, *q.StartingAfter).Scan(&after)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return payment.Page[payment.Charge]{}, payment.Invalid("starting_after", "names no charge of yours")
 		}
@@ -174,13 +174,13 @@ func charges(ctx context.Context, db querier, merchantID uuid.UUID, q payment.Ch
 		}
 	}
 	sql, args := chargesSQL, []any{merchantID, after, q.Limit + 1}
-	if q.AccountID != uuid.Nil {
+	if q.AccountID != nil {
 		// Filtering by another merchant's (or no) account is a 404, like
 		// reading it would be, not an empty page.
-		if _, err := account(ctx, db, merchantID, q.AccountID); err != nil {
+		if _, err := account(ctx, db, merchantID, *q.AccountID); err != nil {
 			return payment.Page[payment.Charge]{}, err
 		}
-		sql, args = accountChargesSQL, append(args, q.AccountID)
+		sql, args = accountChargesSQL, append(args, *q.AccountID)
 	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
@@ -217,8 +217,8 @@ func events(ctx context.Context, db querier, merchantID uuid.UUID, q payment.Eve
 		afterSeq int64
 	)
 	afterTx.Valid = true
-	if q.StartingAfter != uuid.Nil {
-		err := db.QueryRow(ctx, eventPositionSQL, merchantID, q.StartingAfter).Scan(&afterTx, &afterSeq)
+	if q.StartingAfter != nil {
+		err := db.QueryRow(ctx, eventPositionSQL, merchantID, *q.StartingAfter).Scan(&afterTx, &afterSeq)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return payment.Page[payment.Event]{}, payment.Invalid("starting_after", "names no event of yours")
 		}

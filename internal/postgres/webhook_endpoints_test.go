@@ -143,7 +143,7 @@ func TestWebhookEndpointUpdate(t *testing.T) {
 	}
 	after := addEvent(t, s, acme, payment.EventChargeSucceeded)
 	l.fanOut()
-	feed, err := s.Events(ctx, acme, payment.EventQuery{Limit: 100, StartingAfter: e.Resumed.After})
+	feed, err := s.Events(ctx, acme, payment.EventQuery{Limit: 100, StartingAfter: &e.Resumed.After})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -342,9 +342,13 @@ func attempts(ctx context.Context, db querier, merchantID, endpointID uuid.UUID,
 	if _, err := endpoint(ctx, db, merchantID, endpointID); err != nil {
 		return payment.Page[payment.RecordedAttempt]{}, err
 	}
-	var after *time.Time
-	if q.StartingAfter != uuid.Nil {
-		err := db.QueryRow(ctx, attemptCursorSQL, merchantID, endpointID, q.StartingAfter).Scan(&after)
+	var (
+		after   *time.Time
+		afterID uuid.UUID
+	)
+	if q.StartingAfter != nil {
+		afterID = *q.StartingAfter
+		err := db.QueryRow(ctx, attemptCursorSQL, merchantID, endpointID, afterID).Scan(&after)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return payment.Page[payment.RecordedAttempt]{}, payment.Invalid("starting_after", "names no attempt of this endpoint")
 		}
@@ -352,7 +356,7 @@ func attempts(ctx context.Context, db querier, merchantID, endpointID uuid.UUID,
 			return payment.Page[payment.RecordedAttempt]{}, asUnavailable(fmt.Errorf("select cursor attempt: %w", err))
 		}
 	}
-	rows, err := db.Query(ctx, listAttemptsSQL, merchantID, endpointID, after, q.StartingAfter, q.Limit+1)
+	rows, err := db.Query(ctx, listAttemptsSQL, merchantID, endpointID, after, afterID, q.Limit+1)
 	if err != nil {
 		return payment.Page[payment.RecordedAttempt]{}, asUnavailable(fmt.Errorf("list webhook attempts: %w", err))
 	}

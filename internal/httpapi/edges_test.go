@@ -1,0 +1,91 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// The contract at its edges: null never moves the most money a route can,
+// and the all-zero id is an id like any other.
+
+// TestNullNeverTakesTheMostMoney: a capture or a refund whose amount is null,
+// or whose whole body is null, is refused naming what is wrong, and moves
+// nothing; before, null read as "absent": the whole authorization captured,
+// everything left refunded.
+func TestNullNeverTakesTheMostMoney(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	auth := f.authorize(acct, 400)
+	paid := f.post("/v1/charges", uuid.NewString(), chargeBody(acct, 300)).json(t)["id"].(string)
+	for _, tc := range []struct{ path, body, field string }{
+		{"/v1/charges/" + auth + "/capture", `null`, ""},
+		{"/v1/charges/" + auth + "/capture", `{"amount":null}`, "amount"},
+		{"/v1/charges/" + paid + "/refunds", `null`, ""},
+		{"/v1/charges/" + paid + "/refunds", `{"amount":null}`, "amount"},
+		{"/v1/charges/" + auth + "/void", `null`, ""},
+	} {
+		r := f.post(tc.path, uuid.NewString(), tc.body)
+		if r.status != http.StatusBadRequest || r.code(t) != "invalid-request" || r.json(t)["field"] != nilIfEmpty(tc.field) ||
+			!strings.Contains(r.json(t)["detail"].(string), "null") {
+			t.Errorf("POST %s %s: %d %s, want 400 invalid-request naming null and %q", tc.path, tc.body, r.status, r.body, tc.field)
+		}
+	}
+	if c := f.get("/v1/charges/" + auth).json(t); c["status"] != "authorized" || c["amount_captured"] != 0.0 {
+		t.Errorf("the authorization after the refusals: %v", c)
+	}
+	if c := f.get("/v1/charges/" + paid).json(t); c["amount_refunded"] != 0.0 {
+		t.Errorf("the charge after the refusals: %v", c)
+	}
+	if balance, available := f.money(acct); balance != 700 || available != 300 {
+		t.Errorf("balance %d, available %d; want 700 and 300: the refusals moved money", balance, available)
+	}
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// TestTheZeroIDIsAnID: acct_000…0 passes the spec's pattern, and names an
+// account that does not exist, answered as any other such: its charge, its
+// list filter and a cursor of ch_000…0 are answered as another unknown id's,
+// not as "account_id is required" or an ignored filter or cursor.
+func TestTheZeroIDIsAnID(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	f.post("/v1/charges", uuid.NewString(), chargeBody(acct, 100))
+	hex := func(zero bool) string {
+		if zero {
+			return strings.Repeat("0", 32)
+		}
+		return strings.ReplaceAll(uuid.NewString(), "-", "")
+	}
+	answer := func(zero bool) []string {
+		var out []string
+		for _, r := range []reply{
+			f.post("/v1/charges", uuid.NewString(), chargeBody("acct_"+hex(zero), 100)),
+			f.get("/v1/charges?account_id=acct_" + hex(zero)),
+			f.get("/v1/charges?starting_after=ch_" + hex(zero)),
+			f.get("/v1/events?starting_after=evt_" + hex(zero)),
+		} {
+			out = append(out, fmt.Sprint(r.status, " ", r.code(t)))
+		}
+		return out
+	}
+	got, want := answer(true), answer(false)
+	if !slices.Equal(got, want) {
+		t.Errorf("the zero ids: %q, want as other unknown ids: %q", got, want)
+	}
+	if n := len(f.get("/v1/charges?account_id=" + acct).json(t)["data"].([]any)); n != 1 {
+		t.Errorf("the account's own list: %d charges, want 1", n)
+	}
+}
