@@ -51,6 +51,13 @@ func asUnavailable(err error) error {
 }
 
 func unreachable(err error) bool {
+	// A connection refused, whatever the server said (too many clients,
+	// starting up, a database not accepting connections: 55000), is the
+	// database not there for now.
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
@@ -67,10 +74,8 @@ func unreachable(err error) bool {
 	if errors.Is(err, context.Canceled) {
 		return false // the client went away; nothing to report to it
 	}
-	var connectErr *pgconn.ConnectError
 	var netErr net.Error
-	return errors.As(err, &connectErr) ||
-		errors.As(err, &netErr) ||
+	return errors.As(err, &netErr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		pgconn.Timeout(err) ||
 		strings.Contains(err.Error(), "conn closed")
