@@ -37,7 +37,7 @@ var (
 	probMethodNotAllowed = problemType{"method-not-allowed", http.StatusMethodNotAllowed, "Method not allowed",
 		"This path does not support the request method."}
 	probTooManyUnknownKeys = problemType{"too-many-unknown-keys", http.StatusTooManyRequests, "Too many unknown API keys",
-		"Your address sent more API keys that turned out unknown than the service looks up for it, and your key, which the service has not seen yet, could not be looked up within the wait bound. It was not checked: this says nothing about it. Retry after the Retry-After delay; keys the service has already found valid are not limited."}
+		"Your address sent more API keys that turned out unknown than the service looks up for it (or the lookups of keys the service has not seen were all busy), and your key, which the service has not seen yet, could not be looked up within the wait bound. It was not checked: this says nothing about it. Retry after the Retry-After delay; keys the service has already found valid are not limited."}
 	probKeyInUse = problemType{"idempotency-key-in-use", http.StatusConflict, "Idempotency-Key in use",
 		"Another request with this Idempotency-Key is still being processed. Retry after the Retry-After delay; you will receive its outcome."}
 	probTooLarge = problemType{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large",

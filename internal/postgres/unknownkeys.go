@@ -84,14 +84,14 @@ func (s *Merchants) awaitLookup(ctx context.Context, client string) (release fun
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return nil, fmt.Errorf("%w: wait to look up an API key: %w", payment.ErrUnavailable, ctx.Err())
+				return nil, s.lookupBusy(ctx)
 			}
 			continue
 		}
 		select {
 		case s.unknownSlots <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: wait to look up an API key: %w", payment.ErrUnavailable, ctx.Err())
+			return nil, s.lookupBusy(ctx)
 		}
 		// Checked again with the slot: lookups that failed meanwhile may
 		// have spent the token.
@@ -100,6 +100,16 @@ func (s *Merchants) awaitLookup(ctx context.Context, client string) (release fun
 		}
 		<-s.unknownSlots
 	}
+}
+
+// lookupBusy is the answer of a key whose wait for a lookup ran out (ctx,
+// bounded by LookupWait): the lookup slots were all taken by keys not known
+// valid, and the database was never asked. It is 429 too-many-unknown-keys,
+// to retry after a second, not the database unavailable.
+func (s *Merchants) lookupBusy(ctx context.Context) error {
+	return &payment.RetryAfter{Err: fmt.Errorf(
+		"%w: your key was not checked: lookups of keys this service has not seen yet are busy (%w)",
+		payment.ErrTooManyUnknownKeys, ctx.Err()), After: time.Second}
 }
 
 // unknownHashes remembers the hashes of keys found unknown or revoked, for
@@ -182,6 +192,9 @@ func (b *failureBudget) untilToken(client string, now time.Time) time.Duration {
 }
 
 // charge takes a token from client's bucket for a lookup that found nothing.
+// The bucket may go below zero: lookups that passed the check together
+// (UnknownKeyLookups at most) are all paid for, and the next token comes as
+// late as the rate says.
 func (b *failureBudget) charge(client string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -190,7 +203,7 @@ func (b *failureBudget) charge(client string, now time.Time) {
 		b.makeRoom(now)
 		k = bucket{tokens: float64(b.limits.Burst), at: now}
 	}
-	b.buckets[client] = bucket{tokens: max(0, b.refilled(k, now)-1), at: now}
+	b.buckets[client] = bucket{tokens: b.refilled(k, now) - 1, at: now}
 }
 
 func (b *failureBudget) refilled(k bucket, now time.Time) float64 {

@@ -329,3 +329,53 @@ func TestFailureBudgetIsBounded(t *testing.T) {
 		t.Errorf("an evicted (refilled) address waits %s for a token", d)
 	}
 }
+
+// TestFailureBudgetKeepsItsDebt: lookups that passed the check together (up
+// to UnknownKeyLookups run at once) and all failed are all paid for: the
+// client's next token comes as late as its rate says. The budget floored
+// at zero before, so each token let that many lookups through, and a flood
+// ran at three times the documented rate.
+func TestFailureBudgetKeepsItsDebt(t *testing.T) {
+	b := failureBudget{limits: KeyBudget{Burst: 1, Rate: 10, Wait: time.Second}}
+	now := time.Now()
+	for range UnknownKeyLookups {
+		if d := b.untilToken("a", now); d != 0 {
+			t.Fatalf("the checks made together: a token in %s, want one now", d)
+		}
+	}
+	for range UnknownKeyLookups {
+		b.charge("a", now)
+	}
+	want := time.Duration(UnknownKeyLookups) * 100 * time.Millisecond // 1 token owed, and 1 to have, at 10 a second
+	if d := b.untilToken("a", now); d != want {
+		t.Errorf("after %d failures on 1 token: the next in %s, want %s", UnknownKeyLookups, d, want)
+	}
+}
+
+// TestBusyLookupSlotsAreTooManyUnknownKeys: a key whose lookup waited its
+// bound for a slot, every slot taken by other unknown keys, is answered 429
+// too-many-unknown-keys with a Retry-After, not 503 "the database cannot be
+// reached": the database was never asked.
+func TestBusyLookupSlotsAreTooManyUnknownKeys(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.DatabaseURL(t), Options{LookupWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	for range UnknownKeyLookups {
+		s.unknownSlots <- struct{}{}
+	}
+	key, err := newTestKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Authenticate(ctx, key, "client")
+	var retry *payment.RetryAfter
+	if !errors.Is(err, payment.ErrTooManyUnknownKeys) || errors.Is(err, payment.ErrUnavailable) || !errors.As(err, &retry) || retry.After <= 0 {
+		t.Errorf("every lookup slot busy: %v, want ErrTooManyUnknownKeys with a Retry-After", err)
+	}
+	for range UnknownKeyLookups {
+		<-s.unknownSlots
+	}
+}
