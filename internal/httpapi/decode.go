@@ -25,6 +25,7 @@ func (s *Server) readPost(w http.ResponseWriter, r *http.Request, dst any) (idem
 		s.fail(w, r, err)
 		return idempotency.Request{}, false
 	}
+	accessFrom(r.Context()).keyHash = idempotency.KeyHash(merchantFrom(r.Context()), key)
 	if len(r.Header.Values("Content-Type")) > 1 {
 		s.fail(w, r, &bodyError{detail: "Content-Type is sent more than once; send it once, application/json"})
 		return idempotency.Request{}, false

@@ -373,3 +373,53 @@ func TestOperationalEndpoints(t *testing.T) {
 		t.Errorf("a 128-character request id came back as %q", got)
 	}
 }
+
+// TestKeyedPostsAccessLineNamesMerchantAndKeyHash: the access line of a keyed
+// POST carries its merchant and its key's hash (the audit lines' hash), the
+// first use of a key as much as a replay, so that a request can be followed
+// from its line to the key's; never the key itself. A request without a
+// merchant (no API key) carries neither.
+func TestKeyedPostsAccessLineNamesMerchantAndKeyHash(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	key := "access-key-" + uuid.NewString()
+	for i, id := range []string{"keyed-first", "keyed-replay"} {
+		req := f.request(http.MethodPost, "/v1/charges", key, chargeBody(acct, 10))
+		req.Header.Set("X-Request-Id", id)
+		if r := f.do(req); r.status != http.StatusCreated {
+			t.Fatalf("charge %d: %d %s", i, r.status, r.body)
+		}
+	}
+	anon := f.request(http.MethodPost, "/v1/charges", key, chargeBody(acct, 10))
+	anon.Header.Del("Authorization")
+	anon.Header.Set("X-Request-Id", "keyed-anonymous")
+	f.do(anon)
+	lines := map[string]map[string]any{}
+	for _, line := range strings.Split(f.logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == "request" {
+			if id, _ := l["request_id"].(string); strings.HasPrefix(id, "keyed-") {
+				lines[id] = l
+			}
+		}
+		if strings.Contains(line, key) {
+			t.Errorf("a log line holds the raw idempotency key: %s", line)
+		}
+	}
+	merchant := f.merchantID.String()
+	var hash any
+	for _, id := range []string{"keyed-first", "keyed-replay"} {
+		l := lines[id]
+		if l["merchant_id"] != merchant || l["key_hash"] == nil || l["key_hash"] == "" {
+			t.Errorf("%s's access line %v, want merchant_id %s and a key_hash", id, l, merchant)
+		}
+		if hash != nil && l["key_hash"] != hash {
+			t.Errorf("the key's hash differs between its uses: %v, %v", hash, l["key_hash"])
+		}
+		hash = l["key_hash"]
+	}
+	if l := lines["keyed-anonymous"]; l == nil || l["merchant_id"] != nil || l["key_hash"] != nil {
+		t.Errorf("the unauthenticated request's access line %v, want neither merchant nor key", l)
+	}
+}

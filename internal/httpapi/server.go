@@ -133,7 +133,25 @@ type ctxKey int
 const (
 	requestIDKey ctxKey = iota
 	merchantKey
+	accessKey
 )
+
+// access is what the handlers tell the access line about their request:
+// its merchant, once authenticated, and its idempotency key's hash (as the
+// audit lines print it, never the key), once read. accessLog puts one in
+// every request's context; only the request's goroutine writes it.
+type access struct {
+	merchant uuid.UUID
+	keyHash  string
+}
+
+func accessFrom(ctx context.Context) *access {
+	a, _ := ctx.Value(accessKey).(*access)
+	if a == nil {
+		return &access{} // a handler reached without accessLog (tests)
+	}
+	return a
+}
 
 // RequestIDHeader carries the request id on every response.
 const RequestIDHeader = "X-Request-Id"
@@ -187,7 +205,8 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r)
+		info := &access{}
+		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), accessKey, info)))
 		route := chi.RouteContext(r.Context()).RoutePattern()
 		method := methodName(r.Method)
 		s.opts.Metrics.Request(route, method, ww.Status(), time.Since(start))
@@ -195,14 +214,21 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		if route == "/healthz" || route == "/readyz" {
 			level = slog.LevelDebug
 		}
-		s.log.LogAttrs(r.Context(), level, "request",
+		attrs := []slog.Attr{
 			slog.String("request_id", requestIDFrom(r.Context())),
 			slog.String("method", method),
 			slog.String("route", route),
 			slog.Int("status", ww.Status()),
 			slog.Int("bytes", ww.BytesWritten()),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-		)
+		}
+		if info.merchant != uuid.Nil {
+			attrs = append(attrs, slog.String("merchant_id", info.merchant.String()))
+		}
+		if info.keyHash != "" {
+			attrs = append(attrs, slog.String("key_hash", info.keyHash))
+		}
+		s.log.LogAttrs(r.Context(), level, "request", attrs...)
 	})
 }
 
@@ -242,6 +268,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.fail(w, r, err)
 			return
 		}
+		accessFrom(r.Context()).merchant = merchantID
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), merchantKey, merchantID)))
 	})
 }
