@@ -12,7 +12,7 @@ import (
 // HoldExpirer writes down the expiry of authorizations past their
 // expires_at; *postgres.Holds implements it.
 type HoldExpirer interface {
-	// ExpireHolds records the expiry of about batch expired holds, with
+	// ExpireHolds records the expiry of at most batch expired holds, with
 	// their events, reporting ran=false when another sweep holds the lock.
 	ExpireHolds(ctx context.Context, batch int) (expired int64, ran bool, err error)
 }

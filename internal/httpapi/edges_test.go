@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/exactlyonce/payments/internal/postgres"
 )
 
 // The contract at its edges: null never moves the most money a route can,
@@ -88,4 +90,40 @@ func TestTheZeroIDIsAnID(t *testing.T) {
 	if n := len(f.get("/v1/charges?account_id=" + acct).json(t)["data"].([]any)); n != 1 {
 		t.Errorf("the account's own list: %d charges, want 1", n)
 	}
+}
+
+// TestExpirySweepIsBoundedByHolds: the expiry sweep's transaction writes at
+// most its batch of holds, however many one account has: it was bounded by
+// accounts (every expired hold of the oldest holds' accounts), so one
+// account's 200,000 one-cent holds made one 7.5 s transaction that held back
+// every merchant's events (the event horizon). Each sweep here expires its
+// batch, the account's held and the charge.expired events following exactly.
+func TestExpirySweepIsBoundedByHolds(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	acct := f.account("USD", 1000)
+	const holds, batch = 250, 100
+	for range holds {
+		f.authorize(acct, 1)
+	}
+	if _, err := f.db.Exec(t.Context(), `UPDATE charges SET expires_at = now() - interval '1 second'
+        WHERE merchant_id = $1 AND status = 'authorized'`, f.merchantID); err != nil {
+		t.Fatal(err)
+	}
+	sweep := postgres.NewHolds(f.store.DB)
+	left := holds
+	for _, want := range []int{batch, batch, holds - 2*batch, 0} {
+		n, ran, err := sweep.ExpireHolds(t.Context(), batch)
+		if err != nil || !ran || n != int64(want) {
+			t.Fatalf("a sweep of %d: %d expired (ran %t, %v), want %d", batch, n, ran, err, want)
+		}
+		left -= want
+		if held := f.count(`SELECT coalesce(sum(held), 0) FROM accounts WHERE merchant_id = $1`); held != left {
+			t.Errorf("held %d after the sweep, want %d", held, left)
+		}
+		if expired := f.count(`SELECT count(*) FROM events WHERE merchant_id = $1 AND type = 'charge.expired'`); expired != holds-left {
+			t.Errorf("%d charge.expired events, want %d", expired, holds-left)
+		}
+	}
+	f.wantMoney(acct, 1000, 1000)
 }

@@ -26,24 +26,33 @@ func NewHolds(d *DB) *Holds { return &Holds{d.db} }
 const expiryLockKey = 0x7061796d_65787069 // "paymexpi"
 
 const (
-	// lockExpiredSQL locks the accounts of the oldest expired holds, at most
-	// $1 holds' worth, in the order every transaction locks accounts.
+	// lockExpiredSQL picks the $1 oldest expired holds and locks their
+	// accounts, in the order every transaction locks accounts; it returns
+	// those holds. The sweep is bounded by holds, not accounts: one
+	// account's many holds take many sweeps, each a short transaction,
+	// never one that holds back every merchant's events (the horizon).
 	lockExpiredSQL = `
-SELECT a.merchant_id, a.id FROM accounts a
-WHERE (a.merchant_id, a.id) IN (
-    SELECT c.merchant_id, c.account_id FROM charges c
+WITH due AS MATERIALIZED (
+    SELECT c.merchant_id, c.account_id, c.id FROM charges c
     WHERE c.status = 'authorized' AND c.expires_at <= now()
-    ORDER BY c.expires_at LIMIT $1)
-ORDER BY a.merchant_id, a.id
-FOR UPDATE OF a`
+    ORDER BY c.expires_at LIMIT $1
+), locked AS (
+    SELECT a.merchant_id, a.id FROM accounts a
+    WHERE (a.merchant_id, a.id) IN (SELECT merchant_id, account_id FROM due)
+    ORDER BY a.merchant_id, a.id
+    FOR UPDATE OF a
+)
+SELECT d.merchant_id, d.id FROM due d
+WHERE (d.merchant_id, d.account_id) IN (SELECT merchant_id, id FROM locked)`
 
 	// expireSQL, a statement of its own after lockExpiredSQL (so its
 	// snapshot and clock come after those locks), writes the expiry of
-	// every expired hold of those accounts and releases their holds.
+	// those holds that are still authorized and past their expiry, and
+	// releases them from their accounts.
 	expireSQL = `
 WITH expired AS (
     UPDATE charges c SET status = 'expired'
-    WHERE (c.merchant_id, c.account_id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))
+    WHERE (c.merchant_id, c.id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))
       AND c.status = 'authorized' AND c.expires_at <= statement_timestamp()
     RETURNING c.merchant_id, ` + chargeColumns + `
 ), released AS (
@@ -60,9 +69,8 @@ FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $5::jsonb[]) WITH ORDINALITY AS 
 ORDER BY i`
 )
 
-// ExpireHolds records the expiry of up to about batch expired holds (all
-// those of the accounts of the batch oldest), in one transaction, with
-// their charge.expired events. It reports ran=false without doing anything
+// ExpireHolds records the expiry of the batch oldest expired holds at most,
+// in one transaction, with their charge.expired events. It reports ran=false without doing anything
 // when another sweep holds the lock.
 func (s *Holds) ExpireHolds(ctx context.Context, batch int) (expired int64, ran bool, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
@@ -70,19 +78,19 @@ func (s *Holds) ExpireHolds(ctx context.Context, batch int) (expired int64, ran 
 			return err
 		}
 		rows, _ := tx.Query(ctx, lockExpiredSQL, batch)
-		var merchants, accounts []pgtype.UUID
+		var merchants, charges []pgtype.UUID
 		for rows.Next() {
-			var m, a pgtype.UUID
-			if err := rows.Scan(&m, &a); err != nil {
+			var m, c pgtype.UUID
+			if err := rows.Scan(&m, &c); err != nil {
 				rows.Close()
 				return err
 			}
-			merchants, accounts = append(merchants, m), append(accounts, a)
+			merchants, charges = append(merchants, m), append(charges, c)
 		}
-		if rows.Close(); rows.Err() != nil || len(accounts) == 0 {
+		if rows.Close(); rows.Err() != nil || len(charges) == 0 {
 			return rows.Err()
 		}
-		n, err := expireLocked(ctx, tx, merchants, accounts)
+		n, err := expireLocked(ctx, tx, merchants, charges)
 		expired = n
 		return err
 	})
@@ -95,10 +103,10 @@ func (s *Holds) ExpireHolds(ctx context.Context, batch int) (expired int64, ran 
 	return expired, ran, nil
 }
 
-// expireLocked writes the expiry of the expired holds of the locked accounts,
-// and their events, each with the charge as it now stands.
-func expireLocked(ctx context.Context, tx pgx.Tx, merchants, accounts []pgtype.UUID) (int64, error) {
-	rows, _ := tx.Query(ctx, expireSQL, merchants, accounts)
+// expireLocked writes the expiry of the holds charges names, whose accounts
+// are locked, and their events, each with the charge as it now stands.
+func expireLocked(ctx context.Context, tx pgx.Tx, merchants, charges []pgtype.UUID) (int64, error) {
+	rows, _ := tx.Query(ctx, expireSQL, merchants, charges)
 	var eventMerchants, eventIDs, chargeIDs []pgtype.UUID
 	var payloads [][]byte
 	for rows.Next() {
