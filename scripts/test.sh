@@ -51,7 +51,8 @@ skips=$(awk '
 ' "$log")
 if [ -n "$skips" ]; then
 	echo
-	echo "Skipped tests (these did NOT pass; install what they name and run make test again):"
+	echo "Skipped tests (these did NOT pass; each says what it needs: a tool to install, a server setting, or"
+	echo "make chaos-ha, whose Patroni cluster runs the failover scenarios):"
 	printf '%s\n' "$skips"
 fi
 fails=$(grep -E '^ *--- FAIL: ' "$log" | sed 's/^ */  /')
