@@ -180,8 +180,9 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) error {
 // (charge.succeeded) or later (charge.captured: its amount_captured),
 // nothing (but counted) for an account's creation, a failed charge and an
 // authorization's hold, void or expiry (a hold is not a debit). An event
-// about no account (webhook_endpoint.disabled) has no AccountID; every other
-// must name one.
+// about no account (webhook_endpoint.disabled; a charge at a card processor,
+// which names a payment_method, and its refunds) has no AccountID; every
+// other must name one.
 func Effect(merchant string, body []byte) (BalanceEffect, error) {
 	var e struct {
 		ID   string `json:"id"`
@@ -192,6 +193,10 @@ func Effect(merchant string, body []byte) (BalanceEffect, error) {
 			Amount    int64  `json:"amount"`
 			// AmountCaptured is what a charge took from the balance.
 			AmountCaptured int64 `json:"amount_captured"`
+			// PaymentMethod is set on a charge at a card processor, and
+			// Status on its refunds: they are about no account.
+			PaymentMethod string `json:"payment_method"`
+			Status        string `json:"status"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &e); err != nil {
@@ -207,6 +212,7 @@ func Effect(merchant string, body []byte) (BalanceEffect, error) {
 	}
 	effect := BalanceEffect{MerchantID: merchantID, EventID: eventID}
 	account := e.Data.AccountID
+	card := e.Data.PaymentMethod != "" || (e.Type == payment.EventRefundCreated && e.Data.Status != "" && account == "")
 	switch e.Type {
 	case payment.EventAccountCreated:
 		account = e.Data.ID
@@ -221,8 +227,17 @@ func Effect(merchant string, body []byte) (BalanceEffect, error) {
 	case payment.EventWebhookEndpointDisabled:
 		// About no account: recorded in the inbox, and no balance touched.
 		return effect, nil
+	case payment.EventChargeProcessing, payment.EventChargeReversing, payment.EventChargeReversed,
+		payment.EventChargeRequiresReview:
+		// Only a card charge has these states.
 	default:
 		return BalanceEffect{}, fmt.Errorf("unknown event type %q", e.Type)
+	}
+	if card {
+		// A charge at a card processor, or its refund: the money moved at
+		// the processor, not in an account here. Recorded, no balance
+		// touched.
+		return BalanceEffect{MerchantID: merchantID, EventID: eventID}, nil
 	}
 	if effect.AccountID, ok = payment.ParseID(payment.PrefixAccount, account); !ok {
 		return BalanceEffect{}, fmt.Errorf("%s event without an account id", e.Type)
