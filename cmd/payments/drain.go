@@ -67,6 +67,19 @@ func (d *drain) wait(ctx context.Context) (hurried bool) {
 
 type hurryKey struct{}
 
+type signalKey struct{}
+
+// stopSignal names the signal that ended ctx (shutdownSignals), or says
+// that none did (the command ended by itself, or ctx was not a signal's).
+func stopSignal(ctx context.Context) string {
+	if v, ok := ctx.Value(signalKey{}).(*atomic.Value); ok {
+		if s, ok := v.Load().(string); ok {
+			return s
+		}
+	}
+	return "none"
+}
+
 // withHurry returns ctx carrying hurry, which closes when the process is
 // asked a second time to stop: the drain then skips what is left of
 // SHUTDOWN_DELAY (in-flight requests still get SHUTDOWN_TIMEOUT).
@@ -87,12 +100,23 @@ func hurryFrom(ctx context.Context) <-chan struct{} {
 func shutdownSignals(parent context.Context) (ctx context.Context, stop func()) {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	ctx, release := shutdownOn(parent, signals)
+	return ctx, func() {
+		signal.Stop(signals)
+		release()
+	}
+}
+
+// shutdownOn is shutdownSignals on the signals that come on signals.
+func shutdownOn(parent context.Context, signals <-chan os.Signal) (ctx context.Context, stop func()) {
 	hurry := make(chan struct{})
-	ctx, cancel := context.WithCancel(withHurry(parent, hurry))
+	received := new(atomic.Value)
+	ctx, cancel := context.WithCancel(context.WithValue(withHurry(parent, hurry), signalKey{}, received))
 	done := make(chan struct{})
 	go func() {
 		select {
-		case <-signals:
+		case sig := <-signals:
+			received.Store(sig.String())
 			cancel()
 		case <-done:
 			return
@@ -104,7 +128,6 @@ func shutdownSignals(parent context.Context) (ctx context.Context, stop func()) 
 		}
 	}()
 	return ctx, func() {
-		signal.Stop(signals)
 		close(done)
 		cancel()
 	}

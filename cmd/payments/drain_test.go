@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -94,5 +95,30 @@ func TestDrainServesUntilHurried(t *testing.T) {
 	}
 	if _, err := client.Get("http://" + addr + "/healthz"); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("after serve returned: %v, want connection refused", err)
+	}
+}
+
+// TestStopSignalNamesTheSignal: the stop lines of serve, relay and consume
+// name the signal that stopped them (SIGTERM from an orchestrator is
+// "terminated"), and "none" when none did.
+func TestStopSignalNamesTheSignal(t *testing.T) {
+	t.Parallel()
+	signals := make(chan os.Signal, 1)
+	ctx, stop := shutdownOn(context.Background(), signals)
+	defer stop()
+	if got := stopSignal(ctx); got != "none" {
+		t.Errorf("before any signal: %q, want none", got)
+	}
+	signals <- syscall.SIGTERM
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGTERM did not end the context")
+	}
+	if got := stopSignal(ctx); got != "terminated" {
+		t.Errorf("after SIGTERM: %q, want terminated", got)
+	}
+	if got := stopSignal(context.Background()); got != "none" {
+		t.Errorf("a context no signal ends: %q, want none", got)
 	}
 }

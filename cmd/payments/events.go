@@ -91,7 +91,9 @@ func relayOnly(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	defer stopMetrics()
 	log.Info("relay starting", "nats", cfg.NATSURL)
-	return r.Run(ctx)
+	err = r.Run(ctx)
+	log.Info("relay stopped", "signal", stopSignal(ctx), "error", stopCause(err))
+	return err
 }
 
 // consume runs the worked-example consumer until ctx ends, its metrics on
@@ -125,7 +127,9 @@ func consume(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	defer stopMetrics()
 	log.Info("consumer starting", "nats", cfg.NATSURL, "durable", consumer.Name)
-	return c.Run(ctx)
+	err = c.Run(ctx)
+	log.Info("consumer stopped", "signal", stopSignal(ctx), "error", stopCause(err))
+	return err
 }
 
 // outboxSampler reads the outbox and the due webhook deliveries for the
@@ -159,4 +163,12 @@ func outboxSampler(monitor *postgres.Monitor, warn time.Duration, log *slog.Logg
 		return metrics.OutboxSample{Backlog: st.Backlog, Oldest: st.Oldest, Held: st.Held,
 			DueDeliveries: due.Due, Overdue: due.Overdue}, nil
 	}
+}
+
+// stopCause is err's text for a command's stop line, or "none".
+func stopCause(err error) string {
+	if err == nil {
+		return "none"
+	}
+	return err.Error()
 }

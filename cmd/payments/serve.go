@@ -142,7 +142,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, d *drain, l
 	}
 	d.started.Store(true)
 	log.Info("shutting down: /readyz answers 503, requests are served for SHUTDOWN_DELAY",
-		"delay", d.delay.String(), "timeout", d.timeout.String())
+		"signal", stopSignal(ctx), "delay", d.delay.String(), "timeout", d.timeout.String())
 	if d.wait(ctx) {
 		log.Info("asked again to stop: the rest of SHUTDOWN_DELAY is skipped")
 	}
