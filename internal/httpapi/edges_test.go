@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/postgres"
 )
 
@@ -98,9 +99,11 @@ func TestTheZeroIDIsAnID(t *testing.T) {
 // account's 200,000 one-cent holds made one 7.5 s transaction that held back
 // every merchant's events (the event horizon). Each sweep here expires its
 // batch, the account's held and the charge.expired events following exactly.
+// On a database of its own: a sweep takes every merchant's expired holds,
+// and the package database holds other tests'.
 func TestExpirySweepIsBoundedByHolds(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f := setup(t, func(o *setupOptions) { o.databaseURL = pgtest.NewDatabase(t) })
 	acct := f.account("USD", 1000)
 	const holds, batch = 250, 100
 	for range holds {
