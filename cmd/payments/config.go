@@ -109,6 +109,10 @@ func loadConfig(name string, args []string, getenv func(string) string, stdout, 
 // to its default. A variable of another command is not looked at. Once fs
 // has parsed its arguments, load parses every setting into a config and
 // checks them (config.check).
+// formerFlags are the former names of flags renamed after their variable,
+// still taken: --relay is --relay-enabled (RELAY_ENABLED).
+var formerFlags = map[string]string{"relay-enabled": "relay"}
+
 func addSettings(fs *flag.FlagSet, name string, getenv func(string) string) (load func() (config, error)) {
 	c := new(config)
 	var read []setting
@@ -126,6 +130,9 @@ func addSettings(fs *flag.FlagSet, name string, getenv func(string) string) (loa
 			values[s.flag] = value
 			read = append(read, s)
 			fs.Var(value, s.flag, plainDoc(s.doc)+" ($"+s.env+")")
+			if old, ok := formerFlags[s.flag]; ok {
+				fs.Var(value, old, "the former name of --"+s.flag)
+			}
 		}
 	}
 	return func() (config, error) {
@@ -135,6 +142,9 @@ func addSettings(fs *flag.FlagSet, name string, getenv func(string) string) (loa
 			for _, s := range read {
 				if s.env == env && fromFlag[s.flag] {
 					return "--" + s.flag
+				}
+				if old, ok := formerFlags[s.flag]; ok && s.env == env && fromFlag[old] {
+					return "--" + old
 				}
 			}
 			return env

@@ -34,8 +34,10 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout, stderr io
 	if foreign := foreignFlag(fs.Name(), err); foreign != nil {
 		return foreign
 	}
+	// A mistyped flag: the flag package's line, and where the settings are
+	// listed, not the whole usage (a screenful the mistake scrolls away).
 	_, _ = failed.WriteTo(stderr)
-	printUsage(stderr, usage, fs)
+	_, _ = fmt.Fprintf(stderr, "payments %s -h lists its settings and their flags\n", fs.Name())
 	return err
 }
 
@@ -49,10 +51,16 @@ func foreignFlag(command string, err error) error {
 		return nil
 	}
 	name = strings.TrimPrefix(name, "-")
+	current := name
+	for renamed, former := range formerFlags {
+		if former == name {
+			current = renamed
+		}
+	}
 	var takers []string
 	var env string
 	for _, cmd := range commands {
-		if s, ok := cmd.setting(name); ok {
+		if s, ok := cmd.setting(current); ok {
 			takers, env = append(takers, cmd.name), s.env
 		}
 	}

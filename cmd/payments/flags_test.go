@@ -106,6 +106,10 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 		want string
 	}{
 		{nil, []string{"--relay", "maybe"}, `invalid --relay: want true or false, got "maybe"`},
+		{nil, []string{"--relay-enabled", "maybe"}, `invalid --relay-enabled: want true or false, got "maybe"`},
+		{nil, []string{"--log-level", "verbose"}, `invalid --log-level: want debug, info, warn or error, got "verbose"`},
+		{map[string]string{"DATABASE_URL": "mysql://payments@db/payments"}, nil,
+			`invalid DATABASE_URL: want a postgres:// (or postgresql://) URL or key=value settings, got a mysql:// URL`},
 		{map[string]string{"RELAY_ENABLED": "maybe"}, nil, `invalid RELAY_ENABLED: want true or false, got "maybe"`},
 		{nil, []string{"--idempotency-cache-bytes", "1MB"}, "invalid --idempotency-cache-bytes: want a size in bytes"},
 		{nil, []string{"--janitor-batch", "0"}, `invalid --janitor-batch: want a positive integer, got "0"`},
@@ -120,8 +124,16 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no-such-flag") {
 		t.Errorf("serve --no-such-flag = %v, want an error naming the flag", err)
 	}
-	if stdout.Len() != 0 || !strings.Contains(stderr.String(), "usage: payments serve [flags]") {
-		t.Errorf("stdout %q; stderr %q; want the usage on stderr only", stdout.String(), stderr.String())
+	if stdout.Len() != 0 || !strings.Contains(stderr.String(), "payments serve -h") || strings.Count(stderr.String(), "\n") > 3 {
+		t.Errorf("stdout %q; stderr %q; want on stderr only a short line naming the flag and where the settings are listed", stdout.String(), stderr.String())
+	}
+	// The flag of RELAY_ENABLED is named after it; --relay, its former
+	// name, still works.
+	for _, flagName := range []string{"--relay-enabled", "--relay"} {
+		cfg, err := loadConfig("serve", []string{flagName, "false"}, envOf(nil), io.Discard, io.Discard)
+		if err != nil || cfg.Parts.Relay {
+			t.Errorf("%s false: relay %t, %v; want it off", flagName, cfg.Parts.Relay, err)
+		}
 	}
 }
 

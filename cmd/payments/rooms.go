@@ -125,7 +125,13 @@ func (c *config) rooms() []room {
 func (c *config) databaseRoom() room {
 	return room{roomDatabase, "Database", "Where PostgreSQL is.", []setting{
 		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/payments?sslmode=disable",
-			"PostgreSQL connection URL", parser{"url", func(v string) error { c.DatabaseURL = v; return nonEmpty(v) }}},
+			"PostgreSQL connection URL", parser{"url", func(v string) error {
+				c.DatabaseURL = v
+				if scheme, _, ok := strings.Cut(v, "://"); ok && scheme != "postgres" && scheme != "postgresql" {
+					return fmt.Errorf("want a postgres:// (or postgresql://) URL or key=value settings, got a %s:// URL", scheme)
+				}
+				return nonEmpty(v)
+			}}},
 	}}
 }
 
@@ -170,7 +176,12 @@ func (c *config) operatorRooms() []room {
 		c.monitorRoom(),
 		{roomLogging, "Logging", "", []setting{
 			{"LOG_LEVEL", "log-level", "info", "`debug`, `info`, `warn` or `error`",
-				parser{"level", func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }}},
+				parser{"level", func(v string) error {
+					if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+						return fmt.Errorf("want debug, info, warn or error, got %q", v)
+					}
+					return nil
+				}}},
 		}},
 		{roomMigrations, "Migrations", "", []setting{
 			{"MIGRATE_WAIT", "migrate-wait", "60s", "how long `migrate up` waits for PostgreSQL to accept connections " +
@@ -249,7 +260,7 @@ func (c *config) chargesRoom() room {
 func (c *config) eventRooms() []room {
 	return []room{
 		{roomParts, "Serve's parts", "What serve runs beside the API; `payments relay` runs the relay alone.", []setting{
-			{"RELAY_ENABLED", "relay", "true", "whether `serve` also runs the outbox relay (one process leads at a time)",
+			{"RELAY_ENABLED", "relay-enabled", "true", "whether `serve` also runs the outbox relay (one process leads at a time)",
 				boolInto(&c.Parts.Relay)},
 			{"WEBHOOK_DELIVERY", "webhook-delivery", "true", "whether `serve` delivers webhooks; the replicas that do share the work " +
 				"(one fans events out at a time, deliveries are leased), so it may be off on some",
