@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/exactlyonce/payments/internal/httpapi"
 	"github.com/exactlyonce/payments/internal/webhook"
 )
 
@@ -45,6 +46,7 @@ type poolConfig struct {
 type httpConfig struct {
 	Addr           string
 	TrustedProxies []netip.Prefix
+	AccessLog      httpapi.AccessLog
 }
 
 type shutdownConfig struct{ Delay, Timeout time.Duration }

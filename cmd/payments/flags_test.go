@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,8 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 		{nil, []string{"--relay", "maybe"}, `invalid --relay: want true or false, got "maybe"`},
 		{nil, []string{"--relay-enabled", "maybe"}, `invalid --relay-enabled: want true or false, got "maybe"`},
 		{nil, []string{"--log-level", "verbose"}, `invalid --log-level: want debug, info, warn or error, got "verbose"`},
+		{map[string]string{"ACCESS_LOG": "loud"}, nil, `invalid ACCESS_LOG: want info, debug or off, got "loud"`},
+		{map[string]string{"ACCESS_LOG_SAMPLE": "0"}, nil, `invalid ACCESS_LOG_SAMPLE: want a share from 0.001 to 1, got "0"`},
 		{map[string]string{"DATABASE_URL": "mysql://payments@db/payments"}, nil,
 			`invalid DATABASE_URL: want a postgres:// (or postgresql://) URL or key=value settings, got a mysql:// URL`},
 		{map[string]string{"RELAY_ENABLED": "maybe"}, nil, `invalid RELAY_ENABLED: want true or false, got "maybe"`},
@@ -126,6 +129,10 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 	}
 	if stdout.Len() != 0 || !strings.Contains(stderr.String(), "payments serve -h") || strings.Count(stderr.String(), "\n") > 3 {
 		t.Errorf("stdout %q; stderr %q; want on stderr only a short line naming the flag and where the settings are listed", stdout.String(), stderr.String())
+	}
+	cfg, err = loadConfig("serve", nil, envOf(map[string]string{"ACCESS_LOG": "debug", "ACCESS_LOG_SAMPLE": "0.25"}), io.Discard, io.Discard)
+	if a := cfg.HTTP.AccessLog; err != nil || a.Level != slog.LevelDebug || a.Sample != 0.25 || a.Off {
+		t.Errorf("ACCESS_LOG=debug ACCESS_LOG_SAMPLE=0.25: %+v, %v", a, err)
 	}
 	// The flag of RELAY_ENABLED is named after it; --relay, its former
 	// name, still works.

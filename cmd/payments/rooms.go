@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,6 +147,31 @@ func (c *config) apiRooms() []room {
 				"their `X-Forwarded-For` names the client for the budget of unknown API keys (see [API keys](#api-keys-rotation-and-revocation)); " +
 				"from any other peer the header is ignored",
 				parser{"cidrs", func(v string) (err error) { c.HTTP.TrustedProxies, err = parsePrefixes(v); return err }}},
+			{"ACCESS_LOG", "access-log", "info", "the level of the access line (one a request, see [Logs](#logs)): `info`, `debug` " +
+				"(out of an INFO log, as `LOG_LEVEL` says) or `off`",
+				parser{"level", func(v string) error {
+					switch v {
+					case "off":
+						c.HTTP.AccessLog.Off = true
+					case "info":
+						c.HTTP.AccessLog.Level = slog.LevelInfo
+					case "debug":
+						c.HTTP.AccessLog.Level = slog.LevelDebug
+					default:
+						return fmt.Errorf("want info, debug or off, got %q", v)
+					}
+					return nil
+				}}},
+			{"ACCESS_LOG_SAMPLE", "access-log-sample", "1", "the share of successful requests (below `400`) that get an access line, " +
+				"from `0.001` to `1`; every failed request gets one",
+				parser{"fraction", func(v string) error {
+					f, err := strconv.ParseFloat(v, 64)
+					if err != nil || f < 0.001 || f > 1 {
+						return fmt.Errorf("want a share from 0.001 to 1, got %q", v)
+					}
+					c.HTTP.AccessLog.Sample = f
+					return nil
+				}}},
 		}},
 		{roomShutdown, "Shutdown", "How serve leaves traffic on SIGTERM.", []setting{
 			{"SHUTDOWN_DELAY", "shutdown-delay", "5s", "after SIGTERM, how long every request is still served while `/readyz` answers `503 shutting-down`, " +

@@ -67,6 +67,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Cards:                cardCharges,
 		TrustedProxies:       cfg.HTTP.TrustedProxies,
 		AllowPrivateNetworks: cfg.WebhookAllowPrivate,
+		AccessLog:            cfg.HTTP.AccessLog,
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.Keys.TTL, cfg.Keys.JanitorInterval, cfg.Keys.JanitorBatch, 10*time.Millisecond)
 	janitorMetrics(m, janitor)

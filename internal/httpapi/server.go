@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -84,6 +85,19 @@ type Options struct {
 	// addresses (WEBHOOK_ALLOW_PRIVATE_NETWORKS): for development and tests
 	// only, as it opens the service to server-side request forgery.
 	AllowPrivateNetworks bool
+	// AccessLog says which requests get an access line (ACCESS_LOG,
+	// ACCESS_LOG_SAMPLE); the zero value: every one, at INFO.
+	AccessLog AccessLog
+}
+
+// AccessLog quietens the access lines: their own Level (the logger's level
+// still applies: DEBUG lines leave an INFO log), none at all (Off), or a
+// Sample of the successful requests (0 < Sample < 1; 0 means all). A failed
+// request (4xx, 5xx) always has its line. The metrics count every request.
+type AccessLog struct {
+	Level  slog.Level
+	Sample float64
+	Off    bool
 }
 
 // Server routes and answers HTTP requests.
@@ -210,9 +224,16 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		route := chi.RouteContext(r.Context()).RoutePattern()
 		method := methodName(r.Method)
 		s.opts.Metrics.Request(route, method, ww.Status(), time.Since(start))
-		level := slog.LevelInfo
-		if route == "/healthz" || route == "/readyz" {
+		level, o := slog.LevelInfo, s.opts.AccessLog
+		switch {
+		case o.Off:
+			return
+		case route == "/healthz" || route == "/readyz":
 			level = slog.LevelDebug
+		case ww.Status() < http.StatusBadRequest && o.Sample > 0 && o.Sample < 1 && mrand.Float64() >= o.Sample:
+			return
+		default:
+			level = o.Level
 		}
 		attrs := []slog.Attr{
 			slog.String("request_id", requestIDFrom(r.Context())),
