@@ -30,7 +30,9 @@ type Client struct {
 type Option func(*Client)
 
 // WithHTTPClient sends the requests through hc (its Transport, its Timeout,
-// which bounds each attempt). The default is a client with a 30 s timeout.
+// which bounds each attempt). The default is a client with a 10 s timeout,
+// a third of DefaultRetryPolicy's MaxElapsed: an attempt that hangs leaves
+// room for retries.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
 
 // WithRetryPolicy replaces DefaultRetryPolicy.
@@ -42,7 +44,7 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 	c := &Client{
 		base:   strings.TrimRight(baseURL, "/"),
 		apiKey: apiKey,
-		http:   &http.Client{Timeout: 30 * time.Second},
+		http:   &http.Client{Timeout: 10 * time.Second},
 		policy: DefaultRetryPolicy,
 	}
 	for _, o := range opts {
@@ -50,6 +52,12 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 	}
 	return c
 }
+
+// Version is the client's version, sent in its User-Agent.
+const Version = "1.1.0"
+
+// UserAgent is what every request of the client says it is.
+const UserAgent = "payments-go/" + Version
 
 // CallOption configures one operation.
 type CallOption func(*call)
@@ -92,6 +100,8 @@ type Result[T any] struct {
 	// RetryAfter is the answer's Retry-After, zero when it had none: with a
 	// 202, when to ask about the charge (the refund) again.
 	RetryAfter time.Duration
+
+	requestID *string // the caller's own X-Request-Id, if it gave one
 }
 
 // CreateAccount opens an account (POST /v1/accounts). Errors: a *Problem for
@@ -153,7 +163,7 @@ func (c *Client) ListCharges(ctx context.Context, p ListChargesParams) (*Result[
 	if p.Limit != nil {
 		q.Set("limit", strconv.Itoa(*p.Limit))
 	}
-	return get[ChargeList](ctx, c, "/v1/charges", q)
+	return getAs[ChargeList](ctx, c, "/v1/charges", q, p.XRequestId)
 }
 
 // Charges iterates over every charge that ListCharges would page through
@@ -227,7 +237,33 @@ func (c *Client) ListEvents(ctx context.Context, p ListEventsParams) (*Result[Ev
 	if p.Limit != nil {
 		q.Set("limit", strconv.Itoa(*p.Limit))
 	}
-	return get[EventList](ctx, c, "/v1/events", q)
+	return getAs[EventList](ctx, c, "/v1/events", q, p.XRequestId)
+}
+
+// Events iterates over the event feed from p, oldest first, fetching the
+// pages as it goes, until a page says no more follow (events committed
+// later are for a next call, from the last id seen). It stops at the first
+// error, which it yields with a zero Event.
+func (c *Client) Events(ctx context.Context, p ListEventsParams) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for {
+			res, err := c.ListEvents(ctx, p)
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			for _, e := range res.Data.Data {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if !res.Data.HasMore || len(res.Data.Data) == 0 {
+				return
+			}
+			last := res.Data.Data[len(res.Data.Data)-1].Id
+			p.StartingAfter = &last
+		}
+	}
 }
 
 func setQuery(q url.Values, name string, v *string) {
@@ -259,10 +295,16 @@ func post[T any](ctx context.Context, c *Client, path string, in any, opts []Cal
 }
 
 func get[T any](ctx context.Context, c *Client, path string, q url.Values) (*Result[T], error) {
+	return getAs[T](ctx, c, path, q, nil)
+}
+
+// getAs is get with the caller's own X-Request-Id, when it gives one, sent
+// on every attempt instead of a generated one.
+func getAs[T any](ctx context.Context, c *Client, path string, q url.Values, requestID *string) (*Result[T], error) {
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	res := &Result[T]{}
+	res := &Result[T]{requestID: requestID}
 	return res, do(ctx, c, http.MethodGet, path, "", nil, res)
 }
 
@@ -284,6 +326,9 @@ func do[T any](ctx context.Context, c *Client, method, path, key string, body []
 	var prev error // the previous attempt's outcome
 	for {
 		rid := newRequestID()
+		if res.requestID != nil && *res.requestID != "" {
+			rid = *res.requestID
+		}
 		o := c.attempt(ctx, method, path, key, rid, body)
 		res.Attempts++
 		if id := o.header.Get("X-Request-Id"); id != "" {
@@ -350,6 +395,7 @@ func (c *Client) attempt(ctx context.Context, method, path, key, requestID strin
 	}
 	req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
 	req.Header.Set("X-Request-Id", requestID)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -68,7 +68,7 @@ func (c *Client) ListWebhookAttempts(ctx context.Context, endpointID WebhookEndp
 	if p.Limit != nil {
 		q.Set("limit", strconv.Itoa(*p.Limit))
 	}
-	return get[WebhookAttemptList](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(endpointID)+"/attempts", q)
+	return getAs[WebhookAttemptList](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(endpointID)+"/attempts", q, p.XRequestId)
 }
 
 // WebhookAttempts iterates over every attempt that ListWebhookAttempts would

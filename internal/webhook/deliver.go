@@ -407,6 +407,7 @@ func (d *Deliverer) post(ctx context.Context, dl payment.WebhookDelivery) paymen
 		return a
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
 	req.Header.Set(EventIDHeader, payment.FormatID(payment.PrefixEvent, dl.EventID))
 	req.Header.Set(SignatureHeader, Sign(dl.Secret, start, dl.Body))
 	res, err := d.client.Do(req)

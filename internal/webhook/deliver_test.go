@@ -28,6 +28,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // delivered is a request a receiver got.
 type delivered struct {
 	path, contentType, eventID, signature string
+	userAgent                             string
 	body                                  []byte
 }
 
@@ -46,7 +47,7 @@ func newHookReceiver(t testing.TB, answer func(n int) int) *hookReceiver {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		r.got = append(r.got, delivered{req.URL.Path, req.Header.Get("Content-Type"),
-			req.Header.Get(webhook.EventIDHeader), req.Header.Get(webhook.SignatureHeader), body})
+			req.Header.Get(webhook.EventIDHeader), req.Header.Get(webhook.SignatureHeader), req.Header.Get("User-Agent"), body})
 		n := len(r.got)
 		r.mu.Unlock()
 		w.WriteHeader(answer(n))
@@ -183,6 +184,9 @@ func TestDeliverySigned(t *testing.T) {
 		wantBody := bodies[d.eventID]
 		if string(d.body) != string(wantBody) || d.contentType != "application/json" || d.path != "/hook" {
 			t.Errorf("delivery %d: %s %q %s, want /hook application/json %s", i, d.path, d.contentType, d.body, wantBody)
+		}
+		if d.userAgent != webhook.UserAgent {
+			t.Errorf("delivery %d: User-Agent %q, want %q (not Go's default)", i, d.userAgent, webhook.UserAgent)
 		}
 		if err := client.VerifyWebhook(d.body, d.signature, e.Secret, time.Minute); err != nil {
 			t.Errorf("delivery %d: VerifyWebhook: %v", i, err)

@@ -27,6 +27,9 @@ const (
 	SignatureHeader = "Payments-Signature"
 	// EventIDHeader carries the event's id, the same on every attempt.
 	EventIDHeader = "Payments-Event-Id"
+	// UserAgent says who sends a delivery (Go's default was
+	// Go-http-client/1.1): a receiver's logs and firewall can tell it.
+	UserAgent = "payments-webhooks/1 (+https://github.com/exactlyonce/payments/blob/main/docs/webhooks.md)"
 )
 
 // secretPrefix starts every secret, so that one pasted in the wrong place is
