@@ -110,27 +110,52 @@ func (p processorConfig) kind() string {
 	return processorNone
 }
 
+// configuredProcessor is a processor's adapter: its calls (the port) and
+// its own records (reconciliation).
+type configuredProcessor interface {
+	processor.Processor
+	processor.Records
+}
+
+// openProcessor returns the adapter of the processor PROCESSOR names,
+// calling through client, or nil for none. Stripe's account is asked of
+// Stripe, within PROCESSOR_TIMEOUT, when STRIPE_ACCOUNT is empty; its
+// refusals are logged to log.
+func openProcessor(ctx context.Context, p processorConfig, client *http.Client, log *slog.Logger) (configuredProcessor, error) {
+	switch p.kind() {
+	case processorSimulator:
+		return processor.NewSimulator(p.URL, client), nil
+	case processorStripe:
+		sctx, cancel := context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+		s, err := stripeproc.New(sctx, stripeproc.Config{APIKey: p.Stripe.APIKey, APIBase: p.Stripe.APIBase,
+			Account: p.Stripe.Account, HTTPClient: client, Log: log})
+		if err != nil {
+			return nil, err // not a nil *Stripe in the interface
+		}
+		return s, nil
+	}
+	return nil, nil
+}
+
 // openCards returns the card charge use case over store, with the
 // processor PROCESSOR names (none: card charges are refused), its metrics
-// on m. Stripe's account is asked of Stripe when STRIPE_ACCOUNT is empty.
+// on m.
 func openCards(ctx context.Context, cfg config, store *postgres.Store, log *slog.Logger, m *metrics.Metrics) (*cards.Cards, error) {
 	p := cfg.Processor
 	o := cards.Options{Render: httpapi.RenderCardCharge, RenderOperation: httpapi.RenderCardOperation, WebhookSecret: p.WebhookSecret,
 		Wait: p.Wait, KeyWait: cfg.Pool.KeyWait, CallTimeout: p.Timeout, DecisionDeadline: p.DecisionDeadline,
 		Interval: p.RecoveryInterval, KeyTTL: cfg.Keys.TTL, OnResolved: m.ProcessorResolved(), Log: log}
-	switch p.kind() {
-	case processorSimulator:
-		o.Processor = processor.NewSimulator(p.URL, processorClient())
-	case processorStripe:
-		sctx, cancel := context.WithTimeout(ctx, p.Timeout)
-		defer cancel()
-		s, err := stripeproc.New(sctx, stripeproc.Config{APIKey: p.Stripe.APIKey, APIBase: p.Stripe.APIBase,
-			Account: p.Stripe.Account, HTTPClient: processorClient(), Log: log})
-		if err != nil {
-			return nil, err
+	proc, err := openProcessor(ctx, p, processorClient(), log)
+	if err != nil {
+		return nil, err
+	}
+	if proc != nil {
+		o.Processor = proc
+		if p.kind() == processorStripe {
+			o.Webhooks = stripeproc.Webhooks{Secret: p.Stripe.WebhookSecret}
 		}
-		o.Processor, o.Webhooks = s, stripeproc.Webhooks{Secret: p.Stripe.WebhookSecret}
-		log.Info("card processor", "processor", s.Name())
+		log.Info("card processor", "processor", proc.Name())
 	}
 	c := cards.New(store.Cards, o)
 	cardMetrics(m, &c.Stats)

@@ -13,7 +13,6 @@ import (
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/processor"
-	"github.com/exactlyonce/payments/internal/processor/stripeproc"
 	"github.com/exactlyonce/payments/internal/reconcile"
 )
 
@@ -115,23 +114,14 @@ func reconcileCommand(ctx context.Context, args []string, getenv func(string) st
 // compared), each call bounded by PROCESSOR_TIMEOUT. Stripe's adapter logs
 // its refusals to stderr. It returns an error when there is none.
 func reconcileRecords(ctx context.Context, cfg config, stderr io.Writer) (string, processor.Records, error) {
-	p := cfg.Processor
-	client := &http.Client{Timeout: p.Timeout}
-	switch p.kind() {
-	case processorSimulator:
-		s := processor.NewSimulator(p.URL, client)
-		return s.Name(), s, nil
-	case processorStripe:
-		sctx, cancel := context.WithTimeout(ctx, p.Timeout)
-		defer cancel()
-		s, err := stripeproc.New(sctx, stripeproc.Config{APIKey: p.Stripe.APIKey, APIBase: p.Stripe.APIBase,
-			Account: p.Stripe.Account, HTTPClient: client, Log: slog.New(slog.NewJSONHandler(stderr, nil))})
-		if err != nil {
-			return "", nil, err
-		}
-		return s.Name(), s, nil
+	p, err := openProcessor(ctx, cfg.Processor, &http.Client{Timeout: cfg.Processor.Timeout}, slog.New(slog.NewJSONHandler(stderr, nil)))
+	switch {
+	case err != nil:
+		return "", nil, err
+	case p == nil:
+		return "", nil, errors.New("no card processor is configured (PROCESSOR, PROCESSOR_URL): there is nothing to reconcile with")
 	}
-	return "", nil, errors.New("no card processor is configured (PROCESSOR, PROCESSOR_URL): there is nothing to reconcile with")
+	return p.Name(), p, nil
 }
 
 // reconcileWindow parses --since and --until (empty: now) and checks that
