@@ -111,6 +111,9 @@ func (o Options) withDefaults() Options {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Webhooks == nil {
+		o.Webhooks = processor.SimulatorWebhooks{Secret: o.WebhookSecret}
+	}
 	return o
 }
 

@@ -35,11 +35,7 @@ func (c *Cards) HandleEvent(ctx context.Context, signature string, body []byte) 
 	if c.opts.Processor == nil {
 		return payment.ErrNoProcessor
 	}
-	hooks := c.opts.Webhooks
-	if hooks == nil {
-		hooks = processor.SimulatorWebhooks{Secret: c.opts.WebhookSecret}
-	}
-	ev, err := hooks.ParseEvent(signature, body, signatureTolerance, time.Now())
+	ev, err := c.opts.Webhooks.ParseEvent(signature, body, signatureTolerance, time.Now())
 	if err != nil {
 		return err
 	}
