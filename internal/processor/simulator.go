@@ -69,20 +69,27 @@ func (s *Simulator) Reverse(ctx context.Context, key, reference string) Result {
 
 // Lookup returns the payments carrying our reference, oldest first.
 func (s *Simulator) Lookup(ctx context.Context, reference string) ([]Payment, error) {
-	status, body, err := s.call(ctx, http.MethodGet, "/v1/payments?reference="+url.QueryEscape(reference), "", nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: lookup: %w", ErrUnknown, err)
-	}
-	if status != http.StatusOK {
-		return nil, fmt.Errorf("%w: lookup answered %d", ErrUnknown, status)
-	}
 	var found struct {
 		Payments []Payment `json:"payments"`
 	}
-	if err := json.Unmarshal(body, &found); err != nil {
-		return nil, fmt.Errorf("%w: lookup: %w", ErrUnknown, err)
+	err := s.read(ctx, "lookup", "/v1/payments?reference="+url.QueryEscape(reference), &found)
+	return found.Payments, err
+}
+
+// read GETs path and decodes its 200 answer into dst; any other outcome is
+// an error wrapping ErrUnknown, naming what.
+func (s *Simulator) read(ctx context.Context, what, path string, dst any) error {
+	status, body, err := s.call(ctx, http.MethodGet, path, "", nil)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnknown, what, err)
 	}
-	return found.Payments, nil
+	if status != http.StatusOK {
+		return fmt.Errorf("%w: %s answered %d", ErrUnknown, what, status)
+	}
+	if err := json.Unmarshal(body, dst); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnknown, what, err)
+	}
+	return nil
 }
 
 func amountBody(amount int64) map[string]any {
@@ -217,13 +224,6 @@ func (s *Simulator) Payments(ctx context.Context, since, until time.Time) ([]Pay
 		if after != "" {
 			q.Set("starting_after", after)
 		}
-		status, body, err := s.call(ctx, http.MethodGet, "/v1/payments?"+q.Encode(), "", nil)
-		if err != nil {
-			return nil, fmt.Errorf("%w: list payments: %w", ErrUnknown, err)
-		}
-		if status != http.StatusOK {
-			return nil, fmt.Errorf("%w: list payments answered %d", ErrUnknown, status)
-		}
 		var page struct {
 			Data []struct {
 				Payment
@@ -231,8 +231,8 @@ func (s *Simulator) Payments(ctx context.Context, since, until time.Time) ([]Pay
 			} `json:"data"`
 			HasMore bool `json:"has_more"`
 		}
-		if err := json.Unmarshal(body, &page); err != nil {
-			return nil, fmt.Errorf("%w: list payments: %w", ErrUnknown, err)
+		if err := s.read(ctx, "list payments", "/v1/payments?"+q.Encode(), &page); err != nil {
+			return nil, err
 		}
 		for _, p := range page.Data {
 			p.Created = p.CreatedAt
