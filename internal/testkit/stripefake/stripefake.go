@@ -107,6 +107,26 @@ func (s *Server) Requests(methodPath string) int {
 	return s.requests[methodPath]
 }
 
+// apiError is an error answer as Stripe gives it.
+type apiError struct {
+	status         int
+	typ, code, msg string
+}
+
+func (e apiError) write(w http.ResponseWriter) { writeError(w, e.status, e.typ, e.code, "", e.msg) }
+
+// faultErrors are the answers of the faults that answer instead of doing
+// the request; OtherParameters is also how a key sent again with other
+// parameters is answered.
+var faultErrors = map[Fault]apiError{
+	KeyInUse:    {http.StatusConflict, "invalid_request_error", "idempotency_key_in_use", "a request with this key is in flight"},
+	RateLimited: {http.StatusTooManyRequests, "invalid_request_error", "rate_limit", "too many requests"},
+	ServerError: {http.StatusInternalServerError, "api_error", "", "something went wrong"},
+	BadAPIKey:   {http.StatusUnauthorized, "invalid_request_error", "", "invalid API key"},
+	OtherParameters: {http.StatusBadRequest, "idempotency_error", "",
+		"Keys for idempotent requests can only be used with the same parameters they were first used with."},
+}
+
 var (
 	intentPath = regexp.MustCompile(`^/v1/payment_intents/(pi_[0-9]+)/(capture|cancel)$`)
 	queryRef   = regexp.MustCompile(`^metadata\['reference'\]:'(.*)'$`)
@@ -128,22 +148,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if len(s.faults) > 0 {
 		fault, s.faults = s.faults[0], s.faults[1:]
 	}
-	switch fault {
-	case KeyInUse:
-		writeError(w, http.StatusConflict, "invalid_request_error", "idempotency_key_in_use", "", "a request with this key is in flight")
-		return
-	case RateLimited:
-		writeError(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit", "", "too many requests")
-		return
-	case ServerError:
-		writeError(w, http.StatusInternalServerError, "api_error", "", "", "something went wrong")
-		return
-	case BadAPIKey:
-		writeError(w, http.StatusUnauthorized, "invalid_request_error", "", "", "invalid API key")
-		return
-	case OtherParameters:
-		writeError(w, http.StatusBadRequest, "idempotency_error", "", "",
-			"Keys for idempotent requests can only be used with the same parameters they were first used with.")
+	if e, ok := faultErrors[fault]; ok {
+		e.write(w)
 		return
 	}
 	rec := httptest.NewRecorder()
@@ -169,8 +175,7 @@ func (s *Server) route(w *httptest.ResponseRecorder, r *http.Request) {
 	if key != "" && r.Method == http.MethodPost {
 		if st, ok := s.keys[key]; ok {
 			if st.params != params {
-				writeError(w, http.StatusBadRequest, "idempotency_error", "", "",
-					"Keys for idempotent requests can only be used with the same parameters they were first used with.")
+				faultErrors[OtherParameters].write(w)
 				return
 			}
 			w.Header().Set("Idempotent-Replayed", "true")
