@@ -52,25 +52,8 @@ func setup(t *testing.T, o cards.Options, flags ...string) *bundle {
 // another deployment's, configured for a simulator of its own.
 func setupOn(t *testing.T, dbURL string, o cards.Options, flags ...string) *bundle {
 	t.Helper()
-	if o.CallTimeout == 0 {
-		o.CallTimeout = 2 * time.Second
-	}
-	if o.DecisionDeadline == 0 {
-		o.DecisionDeadline = 4 * time.Second
-	}
-	if o.Wait == 0 {
-		o.Wait = 2 * time.Second
-	}
-	if o.Interval == 0 {
-		o.Interval = 50 * time.Millisecond
-	}
-	if o.Backoff == 0 {
-		o.Backoff = 100 * time.Millisecond
-	}
-	if o.MaxBackoff == 0 {
-		o.MaxBackoff = 400 * time.Millisecond
-	}
-	o.Poll, o.KeyWait, o.WebhookSecret = 20*time.Millisecond, 3*time.Second, webhookSecret
+	o = testBounds(o, 4*time.Second)
+	o.WebhookSecret = webhookSecret
 	b := &bundle{dbURL: dbURL, proxy: newFaultProxy(t), client: &http.Client{Timeout: 30 * time.Second}}
 	// Keep-alives off: Go's client would send a request again by itself,
 	// with its key, when a reused connection closes before the answer, and
@@ -82,6 +65,24 @@ func setupOn(t *testing.T, dbURL string, o cards.Options, flags ...string) *bund
 	b.sim = procsimtest.Start(t, flags...)
 	b.proxy.to(b.sim.URL())
 	return b
+}
+
+// testBounds gives o the tests' short bounds, where it leaves them zero, so
+// that recovery ends within a test: decisionDeadline is the processor's.
+func testBounds(o cards.Options, decisionDeadline time.Duration) cards.Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.CallTimeout, 2*time.Second)
+	def(&o.DecisionDeadline, decisionDeadline)
+	def(&o.Wait, 2*time.Second)
+	def(&o.Interval, 50*time.Millisecond)
+	def(&o.Backoff, 100*time.Millisecond)
+	def(&o.MaxBackoff, 400*time.Millisecond)
+	o.Poll, o.KeyWait = 20*time.Millisecond, 3*time.Second
+	return o
 }
 
 // answer is an HTTP answer as the client got it.

@@ -30,17 +30,9 @@ func setupStripe(t *testing.T, o cards.Options) (*bundle, *stripefake.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stripe decides as it answers: the deadline only bounds re-drives.
+	o = testBounds(o, 30*time.Second)
 	o.Processor, o.Webhooks = s, stripeproc.Webhooks{Secret: stripeWebhookSecret}
-	if o.CallTimeout == 0 {
-		o.CallTimeout = 2 * time.Second
-	}
-	if o.DecisionDeadline == 0 {
-		o.DecisionDeadline = 30 * time.Second
-	}
-	if o.Interval == 0 {
-		o.Interval = 50 * time.Millisecond
-	}
-	o.Backoff, o.MaxBackoff, o.Poll, o.KeyWait = 100*time.Millisecond, 400*time.Millisecond, 20*time.Millisecond, 3*time.Second
 	b := &bundle{dbURL: pgtest.NewDatabase(t), client: &http.Client{Timeout: 30 * time.Second}}
 	b.api = testkit.StartAPI(t, b.dbURL, testkit.APIOptions{Cards: &o})
 	return b, fake
