@@ -1285,9 +1285,9 @@ type RequestTooLarge = ProblemBody
 // `detail` are for people.
 type ServiceUnavailable = ProblemBody
 
-// TooManyUnknownKeys An RFC 9457 problem detail. Program against `status` and `code`; `title` and
+// TooManyRequests An RFC 9457 problem detail. Program against `status` and `code`; `title` and
 // `detail` are for people.
-type TooManyUnknownKeys = ProblemBody
+type TooManyRequests = ProblemBody
 
 // Unauthorized An RFC 9457 problem detail. Program against `status` and `code`; `title` and
 // `detail` are for people.

@@ -47,6 +47,7 @@ type httpConfig struct {
 	Addr           string
 	TrustedProxies []netip.Prefix
 	AccessLog      httpapi.AccessLog
+	Budget         httpapi.MerchantBudget
 }
 
 type shutdownConfig struct{ Delay, Timeout time.Duration }

@@ -25,6 +25,20 @@ func nonEmpty(v string) error {
 // wholeNumber parses an integer of 0 or more into n.
 func wholeNumber(n *int) parser { return intAtLeast(n, 0, "a whole number") }
 
+// rateInto parses a whole number of requests a second, 0 for no limit, into
+// r.
+func rateInto(r *float64) parser {
+	var n int
+	p := intAtLeast(&n, 0, "a whole number of requests a second (0: no limit)")
+	return parser{p.typ, func(v string) error {
+		if err := p.set(v); err != nil {
+			return err
+		}
+		*r = float64(n)
+		return nil
+	}}
+}
+
 // positiveInt parses an integer of 1 or more into n.
 func positiveInt(n *int) parser { return intAtLeast(n, 1, "a positive integer") }
 

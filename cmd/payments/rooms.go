@@ -147,6 +147,13 @@ func (c *config) apiRooms() []room {
 				"their `X-Forwarded-For` names the client for the budget of unknown API keys (see [API keys](#api-keys-rotation-and-revocation)); " +
 				"from any other peer the header is ignored",
 				parser{"cidrs", func(v string) (err error) { c.HTTP.TrustedProxies, err = parsePrefixes(v); return err }}},
+			{"RATE_LIMIT_READS", "rate-limit-reads", "100", "reads (`GET`) each merchant may make a second on this replica, " +
+				"with a burst of one second's worth; past it, `429 rate-limited` with `Retry-After`, before anything is read " +
+				"(see [Rate limits](#rate-limits-between-merchants)); `0`: no limit",
+				rateInto(&c.HTTP.Budget.Reads)},
+			{"RATE_LIMIT_WRITES", "rate-limit-writes", "1000", "writes (`POST`, `DELETE`) each merchant may make a second on this replica, " +
+				"with a burst of one second's worth; past it, `429 rate-limited` with `Retry-After`, before any idempotency key is claimed; `0`: no limit",
+				rateInto(&c.HTTP.Budget.Writes)},
 			{"ACCESS_LOG", "access-log", "info", "the level of the access line (one a request, see [Logs](#logs)): `info`, `debug` " +
 				"(out of an INFO log, as `LOG_LEVEL` says) or `off`",
 				parser{"level", func(v string) error {

@@ -68,6 +68,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		TrustedProxies:       cfg.HTTP.TrustedProxies,
 		AllowPrivateNetworks: cfg.WebhookAllowPrivate,
 		AccessLog:            cfg.HTTP.AccessLog,
+		Budget:               cfg.HTTP.Budget,
 	})
 	janitor := idempotency.NewJanitor(store, log, cfg.Keys.TTL, cfg.Keys.JanitorInterval, cfg.Keys.JanitorBatch, 10*time.Millisecond)
 	janitorMetrics(m, janitor)

@@ -38,6 +38,8 @@ var (
 		"This path does not support the request method."}
 	probTooManyUnknownKeys = problemType{"too-many-unknown-keys", http.StatusTooManyRequests, "Too many unknown API keys",
 		"Your address sent more API keys that turned out unknown than the service looks up for it (or the lookups of keys the service has not seen were all busy), and your key, which the service has not seen yet, could not be looked up within the wait bound. It was not checked: this says nothing about it. Retry after the Retry-After delay; keys the service has already found valid are not limited."}
+	probRateLimited = problemType{"rate-limited", http.StatusTooManyRequests, "Rate limited",
+		"Your merchant sent more requests of this kind than this replica serves it a second (reads, GET, and writes, every other method, have budgets of their own; the detail says which and how many). The request was not looked at: nothing was claimed or changed, and its Idempotency-Key is not used. Retry after the Retry-After delay, with the same key."}
 	probKeyInUse = problemType{"idempotency-key-in-use", http.StatusConflict, "Idempotency-Key in use",
 		"Another request with this Idempotency-Key is still being processed. Retry after the Retry-After delay; you will receive its outcome."}
 	probTooLarge = problemType{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large",
@@ -84,7 +86,7 @@ var (
 
 var problemCatalogue = []problemType{
 	probKeyMissing, probKeyInvalid, probInvalidRequest, probUnauthorized, probInsufficientFunds,
-	probNotFound, probAccountNotFound, probMethodNotAllowed, probTooManyUnknownKeys, probKeyInUse, probTooLarge,
+	probNotFound, probAccountNotFound, probMethodNotAllowed, probTooManyUnknownKeys, probRateLimited, probKeyInUse, probTooLarge,
 	probUnsupportedMedia, probKeyReused, probCurrencyMismatch, probRefundExceeds, probNotRefundable,
 	probNotCapturable, probNotVoidable, probCaptureExceeds, probTooManyWebhookEndpoints, probInternal, probUnavailable, probShuttingDown,
 	probCardDeclined, probCardChargeFailed, probChargeReversed, probNoProcessor, probProcessorNotConfigured,
@@ -103,6 +105,7 @@ var errorProblems = []struct {
 	{idempotency.ErrKeyInUse, probKeyInUse},
 	{payment.ErrUnauthenticated, probUnauthorized},
 	{payment.ErrTooManyUnknownKeys, probTooManyUnknownKeys},
+	{payment.ErrRateLimited, probRateLimited},
 	{payment.ErrNotFound, probNotFound},
 	{payment.ErrAccountNotFound, probAccountNotFound},
 	{payment.ErrCurrencyMismatch, probCurrencyMismatch},

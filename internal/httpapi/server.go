@@ -85,6 +85,9 @@ type Options struct {
 	// addresses (WEBHOOK_ALLOW_PRIVATE_NETWORKS): for development and tests
 	// only, as it opens the service to server-side request forgery.
 	AllowPrivateNetworks bool
+	// Budget limits each merchant's requests to this replica
+	// (RATE_LIMIT_READS, RATE_LIMIT_WRITES); the zero value none.
+	Budget MerchantBudget
 	// AccessLog says which requests get an access line (ACCESS_LOG,
 	// ACCESS_LOG_SAMPLE); the zero value: every one, at INFO.
 	AccessLog AccessLog
@@ -107,6 +110,7 @@ type Server struct {
 	opts      Options
 	router    chi.Router
 	readiness *retry.Outage // what /readyz last found (ready.go)
+	limits    *merchantLimits
 }
 
 // New returns the API's HTTP handler.
@@ -117,7 +121,8 @@ func New(backend Backend, log *slog.Logger, opts Options) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
 	}
-	s := &Server{backend: backend, log: log, opts: opts, readiness: retry.NewOutage(log, readinessMsg)}
+	s := &Server{backend: backend, log: log, opts: opts, readiness: retry.NewOutage(log, readinessMsg),
+		limits: newMerchantLimits(opts.Budget)}
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer, s.canonicalPost)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -272,7 +277,9 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate resolves the bearer API key to its merchant.
+// authenticate resolves the bearer API key to its merchant, and refuses a
+// request over the merchant's budget (ratelimit.go) before any handler
+// reads it, so that a refused request changes nothing.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		const prefix = "Bearer "
@@ -292,6 +299,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		accessFrom(r.Context()).merchant = merchantID
+		if err := s.limits.take(r.Context(), merchantID, r.Method); err != nil {
+			if errors.Is(err, payment.ErrRateLimited) {
+				s.opts.Metrics.RateLimited(budgetKind(r.Method))
+			}
+			s.fail(w, r, err)
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), merchantKey, merchantID)))
 	})
 }

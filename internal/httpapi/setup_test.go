@@ -52,6 +52,7 @@ type setupOptions struct {
 	holdFor        time.Duration  // CHARGE_AUTHORIZATION_TTL; zero: the default
 	allowPrivate   bool           // WEBHOOK_ALLOW_PRIVATE_NETWORKS, for tests whose endpoints are local
 	cards          *cards.Options // card charges, with their processor; nil: none
+	budget         httpapi.MerchantBudget
 }
 
 // setup starts the API on the package database (or opts.databaseURL) and
@@ -65,7 +66,7 @@ func setup(t *testing.T, opts ...func(*setupOptions)) *fixture {
 	}
 	api := testkit.StartAPI(t, o.databaseURL, testkit.APIOptions{MaxConns: 30, KeyWait: o.keyWait, CacheSize: o.cacheSize,
 		KeyBudget: o.keyBudget, TrustedProxies: o.trustedProxies, AuthorizationTTL: o.holdFor,
-		AllowPrivateNetworks: o.allowPrivate, Cards: o.cards})
+		AllowPrivateNetworks: o.allowPrivate, Cards: o.cards, Budget: o.budget})
 	f := &fixture{t: t, url: api.URL, db: api.DB, store: api.Service, logs: api.Logs, front: api.Front, metrics: api.Metrics,
 		merchantID: api.MerchantID, apiKey: api.APIKey}
 	return f

@@ -29,6 +29,7 @@ type Metrics struct {
 	idempotency *prometheus.CounterVec
 	charges     *prometheus.CounterVec
 	abandoned   *prometheus.CounterVec
+	limited     *prometheus.CounterVec
 }
 
 // Idempotency outcomes, the values of the outcome label.
@@ -71,7 +72,13 @@ func New() *Metrics {
 		Name: "payments_charges_abandoned_total",
 		Help: "Charges whose client left before its answer, by what became of them: executed, replayed, not_executed, failed.",
 	}, []string{"outcome"})
-	m.reg.MustRegister(m.requests, m.idempotency, m.charges, m.abandoned)
+	m.limited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "payments_rate_limited_total",
+		Help: "Requests refused 429 rate-limited, over their merchant's budget on this replica, by kind: reads, writes.",
+	}, []string{"kind"})
+	m.reg.MustRegister(m.requests, m.idempotency, m.charges, m.abandoned, m.limited)
+	m.limited.WithLabelValues("reads")
+	m.limited.WithLabelValues("writes")
 	for _, o := range []string{OutcomeClaimed, OutcomeReplayed, OutcomeMismatch, OutcomeInUse, OutcomeExpired} {
 		m.idempotency.WithLabelValues(o)
 	}
@@ -84,6 +91,10 @@ func New() *Metrics {
 // AbandonedOutcomes are the values of payments_charges_abandoned_total's
 // outcome label (postgres.Abandoned*).
 var AbandonedOutcomes = []string{"executed", "replayed", "not_executed", "failed"}
+
+// RateLimited records a request refused over its merchant's budget; kind is
+// reads or writes.
+func (m *Metrics) RateLimited(kind string) { m.limited.WithLabelValues(kind).Inc() }
 
 // ChargeAbandoned records what became of a charge whose client left; outcome
 // is one of AbandonedOutcomes.

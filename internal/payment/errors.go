@@ -40,6 +40,11 @@ var (
 	// checked. A *RetryAfter says when to try again.
 	ErrTooManyUnknownKeys = errors.New("too many unknown API keys")
 
+	// ErrRateLimited: the merchant sent more requests of its kind (reads or
+	// writes) than this replica serves it a second; the request was not
+	// looked at. A *RetryAfter says when to try again.
+	ErrRateLimited = errors.New("rate limited")
+
 	// ErrShuttingDown: the process has been asked to stop and is leaving
 	// its load balancer's rotation; it still serves what it is sent.
 	ErrShuttingDown = errors.New("shutting down")

@@ -44,6 +44,8 @@ type APIOptions struct {
 	// Processor), rendered as the API renders them; their recovery runs
 	// until the test ends. Without it card charges are refused.
 	Cards *cards.Options
+	// Budget is the API's per-merchant budget (zero: no limit).
+	Budget httpapi.MerchantBudget
 }
 
 // API is the service in process, as cmd/payments serve wires it, on a
@@ -97,7 +99,7 @@ func StartAPI(t testing.TB, url string, opts APIOptions) *API {
 	log := slog.New(slog.NewJSONHandler(a.Logs, nil))
 	apiOpts := httpapi.Options{
 		Spec: opts.Spec, Docs: opts.Docs, Front: a.Front, Metrics: a.Metrics, TrustedProxies: opts.TrustedProxies,
-		AllowPrivateNetworks: opts.AllowPrivateNetworks,
+		AllowPrivateNetworks: opts.AllowPrivateNetworks, Budget: opts.Budget,
 	}
 	if opts.Cards != nil {
 		a.Cards = startCards(t, svc.Store, *opts.Cards, log)

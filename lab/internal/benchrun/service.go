@@ -39,8 +39,14 @@ func Start(ctx context.Context, bin, database, logPath string, env ...string) (*
 	cmd := exec.Command(bin, "serve")
 	// No load balancer waits for the drain: SHUTDOWN_DELAY=0 lets Stop
 	// return as soon as the requests in flight are answered.
+	// The benchmarks load one merchant at the service's ceiling, which its
+	// budget (RATE_LIMIT_WRITES, 1,000 a second by default) would cap:
+	// they measure the charge path, so the budgets are off unless env sets
+	// them (make bench-isolation measures them). A build before the
+	// budgets ignores the variables.
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+database, "HTTP_ADDR=127.0.0.1:0",
-		"METRICS_ADDR=127.0.0.1:0", "METRICS_SAMPLE=1s", "SHUTDOWN_DELAY=0", "LOG_LEVEL="+Getenv("BENCH_LOG_LEVEL", "info"))
+		"METRICS_ADDR=127.0.0.1:0", "METRICS_SAMPLE=1s", "SHUTDOWN_DELAY=0", "LOG_LEVEL="+Getenv("BENCH_LOG_LEVEL", "info"),
+		"RATE_LIMIT_READS=0", "RATE_LIMIT_WRITES=0")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
