@@ -89,6 +89,16 @@ batch-cost: ## What a charge batch costs apart from its charges: CPU per batch a
 bench-processor: ## Card charges at the processor simulator (answering at once, after 50 ms) vs account charges, 256 clients; writes its section of docs/benchmarks.md
 	GO=$(GO) ./scripts/bench-processor.sh
 
+# make bench-isolation: does one merchant slow another? Merchant B's charges
+# alone and while 96 clients of merchant A read at full speed, with the
+# per-merchant budgets (RATE_LIMIT_READS, RATE_LIMIT_WRITES) as shipped and
+# off, then 200,000 of A's holds expiring at once while B's events are
+# timed. About 3 minutes; lab/cmd/benchrun/isolation.go lists the knobs
+# (ISO_SECONDS, ISO_ROUNDS, ISO_READERS, ISO_HOLDS, BENCH_REPORT).
+.PHONY: bench-isolation
+bench-isolation: ## One merchant's 96 full-speed readers and 200,000 expiring holds against another's charges; writes its section of docs/benchmarks.md
+	GO=$(GO) ./scripts/bench-isolation.sh
+
 # make bench-sync: the cost of synchronous replication. Starts the
 # HA cluster if needed (and leaves it running), then compares fresh charges on
 # it (sync standby; then synchronous_commit=local) with the single server on

@@ -13,6 +13,8 @@
 //	benchrun processor   make bench-processor: card charges at the processor
 //	                     simulator, answering at once and after 50 ms, against
 //	                     account charges; its own section of the report
+//	benchrun isolation   make bench-isolation: does one merchant slow
+//	                     another? its own section of the report
 //
 // It runs from the repository's root (scripts/bench.sh, bench-sync.sh,
 // bench-pair.sh, batch-cost.sh and bench-processor.sh build it and run it
@@ -40,13 +42,14 @@ func main() {
 		"pair":       runPair,
 		"batch-cost": runBatchCost,
 		"processor":  runProcessor,
+		"isolation":  runIsolation,
 	}
 	if len(os.Args) != 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: benchrun bench|sync|pair|batch-cost|processor (make bench, bench-sync, bench-pair, batch-cost, bench-processor)")
+		fmt.Fprintln(os.Stderr, "usage: benchrun bench|sync|pair|batch-cost|processor|isolation (make bench, bench-sync, bench-pair, batch-cost, bench-processor, bench-isolation)")
 		os.Exit(2)
 	}
 	prefix := map[string]string{"bench": "bench: ", "sync": "bench-sync: ", "pair": "bench-pair: ",
-		"batch-cost": "batch-cost: ", "processor": "bench-processor: "}[os.Args[1]]
+		"batch-cost": "batch-cost: ", "processor": "bench-processor: ", "isolation": "bench-isolation: "}[os.Args[1]]
 	logger := log.New(os.Stderr, prefix, 0)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := commands[os.Args[1]](ctx, logger)
