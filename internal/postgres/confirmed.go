@@ -120,6 +120,9 @@ func (s *snapshot) covers(r *snapshot) bool {
 type confirmer struct {
 	known  atomic.Pointer[snapshot] // nil until a round succeeded
 	rounds atomic.Int64             // rounds run, for the tests
+	// txSQL is what a round runs: confirmTxSQL, or a test's stand-in for a
+	// synchronous standby (confirmed_test.go).
+	txSQL string
 
 	mu      sync.Mutex
 	next    *round // the round that starts after the current one; nil if none is wanted
@@ -263,7 +266,9 @@ func (s *db) confirmRound() error {
 		return err
 	}
 	defer conn.Release()
-	snap, err := confirm(ctx, conn.Conn(), s.opts.CommitWait)
+	commitCtx, cancelCommit := s.commitContext(ctx)
+	defer cancelCommit()
+	snap, err := confirm(commitCtx, conn.Conn(), s.confirmed.txSQL)
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,10 @@ func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.Out
 	}
 	if len(events) > 0 {
 		// Nothing is published that a failover could still lose (durable.go).
-		if _, err := confirm(ctx, l.conn, l.commitWait); err != nil {
+		confirmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.commitWait)
+		_, err := confirm(confirmCtx, l.conn, confirmTxSQL)
+		cancel()
+		if err != nil {
 			return nil, err
 		}
 	}

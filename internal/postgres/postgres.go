@@ -217,7 +217,8 @@ func Connect(ctx context.Context, databaseURL string, opts Options) (*DB, error)
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	d := &db{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
-		keyUses: keyUses{wake: make(chan struct{}, 1)}, keyUsesDone: make(chan struct{})}
+		keyUses: keyUses{wake: make(chan struct{}, 1)}, keyUsesDone: make(chan struct{}),
+		confirmed: confirmer{txSQL: confirmTxSQL}}
 	var background context.Context
 	background, d.stopNotifier = context.WithCancel(context.Background())
 	go d.notifier(background)
