@@ -238,6 +238,7 @@ func (s *CardDB) Claim(ctx context.Context, processor string, lease time.Duratio
 // RecordEvent records a processor's event that changed nothing.
 func (s *CardDB) RecordEvent(ctx context.Context, merchant, op uuid.UUID, in carddb.Inbound) (bool, error) {
 	tag, err := s.pool.Exec(ctx, recordProcessorEventSQL, merchant, in.ID, op, in.Type)
+	s.transactionEnded()
 	if err != nil {
 		return false, asUnavailable(fmt.Errorf("record processor event: %w", err))
 	}

@@ -56,6 +56,7 @@ func (tx *chargeTx) Commit(ctx context.Context, w *chargedb.Writes) (time.Time, 
 		return time.Time{}, fmt.Errorf("charge transaction already ended")
 	}
 	storedAt, err := tx.s.writeBatch(ctx, tx.conn, w)
+	tx.s.transactionEnded()
 	if err != nil {
 		return time.Time{}, chargeErr(err)
 	}
@@ -76,6 +77,7 @@ func (tx *chargeTx) Close() {
 	tx.done = true
 	rollback(tx.ctx, tx.conn)
 	tx.conn.Release()
+	tx.s.transactionEnded()
 }
 
 // chargeErr is err as the port names it: chargedb.ErrConflict after which

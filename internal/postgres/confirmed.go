@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,10 +35,14 @@ import (
 // A read whose snapshot sees no transaction the round's did not (covers)
 // pays only for taking it. One that sees more waits for the next round,
 // which every caller waiting meanwhile shares: a burst of reads costs one
-// commit, not one each. A transaction still waiting for the standby is in
-// progress, visible to no one, so it makes no read wait: while the standby is
-// away, reads of what it already has answer at once, until a commit's wait is
-// cancelled and its data becomes visible unconfirmed.
+// commit, not one each. Rounds also run with no read asking, shortly after
+// this process's transactions end (rounds.go): what it committed is
+// confirmed before the standby can go away. A transaction still waiting for
+// the standby is in progress, visible to no one, so it makes no read wait:
+// while the standby is away, reads of what the last round confirmed answer
+// at once (a round that waits meanwhile is such a transaction, and waits
+// on), until a commit's wait is cancelled and its data becomes visible
+// unconfirmed; from then on a read that sees it waits for the standby.
 //
 // Across a failover that loses nothing confirmed the promoted standby has
 // every transaction the known snapshot saw; any transaction it sees that the
@@ -115,24 +117,6 @@ func (s *snapshot) covers(r *snapshot) bool {
 	return true
 }
 
-// confirmer runs the confirmation rounds of one store and remembers the
-// last one's snapshot.
-type confirmer struct {
-	known  atomic.Pointer[snapshot] // nil until a round succeeded
-	rounds atomic.Int64             // rounds run, for the tests
-
-	mu      sync.Mutex
-	next    *round // the round that starts after the current one; nil if none is wanted
-	running bool   // whether a goroutine runs rounds
-}
-
-// A round is one confirmation: once done is closed, err says whether
-// everything committed before it started is on the standby.
-type round struct {
-	done chan struct{}
-	err  error
-}
-
 // read runs fn, a read, on one pooled connection, then waits until the
 // standby is known to have everything fn could have seen. fn's error is
 // returned as it is, and one that is an answer (isAnswer) only after that
@@ -202,71 +186,4 @@ func (s *db) confirmSeen(ctx context.Context, seen string, answer error) error {
 func isAnswer(err error) bool {
 	var invalid *payment.ValidationError
 	return errors.Is(err, payment.ErrNotFound) || errors.As(err, &invalid) || errors.Is(err, ErrUnknownMerchant)
-}
-
-// confirmCommitted returns once everything committed before it was called
-// is on the synchronous standby, if there is one, or payment.ErrUnavailable
-// when that is not known within CommitWait. Callers at once share a round.
-func (s *db) confirmCommitted(ctx context.Context) error {
-	r := s.nextRound()
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// nextRound returns the round that starts after every round already started,
-// starting the goroutine that runs rounds if none does.
-func (s *db) nextRound() *round {
-	c := &s.confirmed
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.next == nil {
-		c.next = &round{done: make(chan struct{})}
-	}
-	if !c.running {
-		c.running = true
-		go s.runRounds()
-	}
-	return c.next
-}
-
-// runRounds runs the wanted rounds one after another, and ends when none is
-// wanted.
-func (s *db) runRounds() {
-	c := &s.confirmed
-	for {
-		c.mu.Lock()
-		r := c.next
-		c.next = nil
-		if r == nil {
-			c.running = false
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-		r.err = s.confirmRound()
-		close(r.done)
-	}
-}
-
-// confirmRound is one round: it confirms everything committed before it and
-// remembers its snapshot.
-func (s *db) confirmRound() error {
-	s.confirmed.rounds.Add(1)
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.AcquireWait+s.opts.CommitWait)
-	defer cancel()
-	conn, err := s.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	snap, err := confirm(ctx, conn.Conn(), s.opts.CommitWait)
-	if err != nil {
-		return err
-	}
-	s.confirmed.known.Store(snap)
-	return nil
 }

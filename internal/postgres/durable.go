@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -149,15 +148,15 @@ func (s *db) commitContext(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.CommitWait)
 }
 
-// confirm returns once everything committed before it was called is on the
+// confirm runs sql, confirmTxSQL (or a test's stand-in for it), on c: it
+// returns once everything committed before it was called is on the
 // synchronous standby, if there is one, or payment.ErrUnavailable when that is
 // not known. It returns what it confirmed: every transaction its snapshot
-// sees, and its own.
-func confirm(ctx context.Context, c *pgx.Conn, commitWait time.Duration) (*snapshot, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
-	defer cancel()
+// sees, and its own. It waits as long as ctx lets it, and ctx's end drops the
+// connection (durable.go): the caller bounds it.
+func confirm(ctx context.Context, c *pgx.Conn, sql string) (*snapshot, error) {
 	takeWarning(c.PgConn())
-	results, err := c.PgConn().Exec(ctx, confirmTxSQL).ReadAll()
+	results, err := c.PgConn().Exec(ctx, sql).ReadAll()
 	if err != nil {
 		if c.PgConn().TxStatus() != 'I' && !c.IsClosed() {
 			_, _ = c.Exec(ctx, "ROLLBACK") // the outbox lease's connection lives on

@@ -279,6 +279,7 @@ func (t *keyTx) Commit(ctx context.Context) error {
 		err = t.commitDeferred(commitCtx)
 	}
 	t.done = true
+	t.db.transactionEnded()
 	if err != nil {
 		return keyError(err)
 	}
@@ -304,7 +305,9 @@ func (t *keyTx) commitDeferred(ctx context.Context) error {
 // Close rolls back unless the transaction committed, and releases the
 // connection (closed, if the rollback failed).
 func (t *keyTx) Close() {
-	rolledBack(context.Background(), t.conn)
+	if rolledBack(context.Background(), t.conn) {
+		t.db.transactionEnded()
+	}
 	t.conn.Release()
 }
 

@@ -80,7 +80,9 @@ func (s *db) recordKeyUses(ctx context.Context) {
 		if len(hashes) == 0 {
 			return true
 		}
-		if _, err := s.pool.Exec(ctx, recordKeyUsesSQL, hashes); err != nil {
+		_, err := s.pool.Exec(ctx, recordKeyUsesSQL, hashes)
+		s.transactionEnded()
+		if err != nil {
 			s.keyUses.giveBack(hashes)
 			return false
 		}

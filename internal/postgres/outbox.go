@@ -33,6 +33,9 @@ type OutboxLease struct {
 	cursor     position   // the last event published
 	read       []position // the positions of what Unpublished last returned
 	pruned     position   // where the pass of pruning got to (Prune)
+	// ended tells the store's confirmation rounds that a transaction of the
+	// lease ended (db.transactionEnded).
+	ended func()
 }
 
 // position is an event's place in feed order.
@@ -66,7 +69,7 @@ func (s *Outbox) ClaimOutbox(ctx context.Context) (payment.OutboxLease, error) {
 		_ = conn.Close(ctx)
 		return nil, asUnavailable(fmt.Errorf("listen for events: %w", err))
 	}
-	l := &OutboxLease{conn: conn, commitWait: s.opts.CommitWait, pruned: passStart}
+	l := &OutboxLease{conn: conn, commitWait: s.opts.CommitWait, pruned: passStart, ended: s.transactionEnded}
 	// Read after the lock is held: no other relay moves it from now on.
 	if err := conn.QueryRow(ctx, `SELECT tx_id, seq FROM outbox_cursor WHERE stream = $1`, relayStream).
 		Scan(&l.cursor.txID, &l.cursor.seq); err != nil {
@@ -119,7 +122,11 @@ func (l *OutboxLease) Unpublished(ctx context.Context, limit int) ([]payment.Out
 	}
 	if len(events) > 0 {
 		// Nothing is published that a failover could still lose (durable.go).
-		if _, err := confirm(ctx, l.conn, l.commitWait); err != nil {
+		confirmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.commitWait)
+		_, err := confirm(confirmCtx, l.conn, confirmTxSQL)
+		cancel()
+		l.ended()
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -147,7 +154,9 @@ func (l *OutboxLease) MarkPublished(ctx context.Context, events []payment.Outbox
 		}
 	}
 	last := l.read[len(events)-1]
-	if _, err := l.conn.Exec(ctx, markPublishedSQL, relayStream, last.txID, last.seq); err != nil {
+	_, err := l.conn.Exec(ctx, markPublishedSQL, relayStream, last.txID, last.seq)
+	l.ended()
+	if err != nil {
 		return asUnavailable(fmt.Errorf("mark events published: %w", err))
 	}
 	l.cursor = last
@@ -229,8 +238,10 @@ func (l *OutboxLease) Prune(ctx context.Context, retention time.Duration, batch 
 		last  position
 		seq   *int64
 	)
-	if err := l.conn.QueryRow(ctx, pruneSQL, retention, batch, l.cursor.txID, l.cursor.seq, l.pruned.txID, l.pruned.seq).
-		Scan(&deleted, &taken, &young, &last.txID, &seq); err != nil {
+	err = l.conn.QueryRow(ctx, pruneSQL, retention, batch, l.cursor.txID, l.cursor.seq, l.pruned.txID, l.pruned.seq).
+		Scan(&deleted, &taken, &young, &last.txID, &seq)
+	l.ended()
+	if err != nil {
 		return 0, false, asUnavailable(fmt.Errorf("prune events: %w", err))
 	}
 	if young || taken < int64(batch) || seq == nil {

@@ -45,6 +45,7 @@ func (s *db) pipelinedOnce(ctx context.Context, stmts []*pgx.QueuedQuery, read f
 		return err
 	}
 	defer conn.Release()
+	defer s.transactionEnded()
 	// The pipeline ends with the commit: the request's context must not
 	// cancel it (durable.go).
 	commitCtx, cancel := s.commitContext(ctx)

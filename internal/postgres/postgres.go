@@ -138,7 +138,8 @@ type db struct {
 	watchers   atomic.Pointer[[]chan struct{}]
 	watchersMu sync.Mutex
 
-	// confirmed runs the rounds that confirm what reads show (confirmed.go).
+	// confirmed runs the rounds that confirm what reads show (confirmed.go,
+	// rounds.go).
 	confirmed confirmer
 }
 
@@ -217,11 +218,13 @@ func Connect(ctx context.Context, databaseURL string, opts Options) (*DB, error)
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	d := &db{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
-		keyUses: keyUses{wake: make(chan struct{}, 1)}, keyUsesDone: make(chan struct{})}
+		keyUses: keyUses{wake: make(chan struct{}, 1)}, keyUsesDone: make(chan struct{}),
+		confirmed: confirmer{txSQL: confirmTxSQL, ended: make(chan struct{}, 1), asked: make(chan struct{}, 1), done: make(chan struct{})}}
 	var background context.Context
 	background, d.stopNotifier = context.WithCancel(context.Background())
 	go d.notifier(background)
 	go d.recordKeyUses(background)
+	go d.confirmRounds(background)
 	return &DB{d}, nil
 }
 
@@ -242,11 +245,14 @@ func NewMerchants(d *DB) *Merchants {
 	return &Merchants{db: d.db, budget: failureBudget{limits: d.opts.KeyBudget}, unknownSlots: make(chan struct{}, UnknownKeyLookups)}
 }
 
-// Close waits for connections in use to be released and closes the pool.
+// Close ends the background work (a confirmation round waiting for the
+// standby included: rounds.go), waits for connections in use to be released
+// and closes the pool.
 func (s *DB) Close() {
 	s.stopNotifier()
 	<-s.notifierDone
 	<-s.keyUsesDone
+	<-s.confirmed.done
 	s.pool.Close()
 }
 
@@ -305,7 +311,9 @@ func (s *db) notifier(ctx context.Context) {
 			return
 		case <-s.notify:
 		}
-		if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel); err != nil && ctx.Err() == nil {
+		_, err := s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
+		s.transactionEnded() // a NOTIFY takes a transaction id
+		if err != nil && ctx.Err() == nil {
 			// The relay polls as well; an outage only delays it.
 			continue
 		}
@@ -353,6 +361,7 @@ func (s *db) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 		return err
 	}
 	defer conn.Release()
+	defer s.transactionEnded()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err

@@ -94,20 +94,29 @@ func run(ctx context.Context, dbURL, out string) error {
 		}
 	}
 
+	// What the warm-up set going in the background (the notifier's NOTIFY, the
+	// confirmation round that follows it, internal/postgres/rounds.go) ends
+	// before the count begins, as it would between two charges apart.
+	time.Sleep(settle)
 	if err := coverage.ClearCounters(); err != nil {
 		return fmt.Errorf("%w (build with go build -cover -covermode=atomic -coverpkg=github.com/exactlyonce/payments/...)", err)
 	}
 	if _, err := c.post(ctx, "/v1/charges", charge); err != nil {
 		return err
 	}
-	// The notifier wakes the relay after the commit, on a goroutine of its
-	// own: let it run, so that every walk counts it.
-	time.Sleep(100 * time.Millisecond)
+	// The notifier wakes the relay after the commit, and a confirmation round
+	// confirms it 50 ms later, each on a goroutine of its own: let them run,
+	// so that every walk counts them.
+	time.Sleep(settle)
 	if err := coverage.WriteMetaDir(out); err != nil {
 		return err
 	}
 	return coverage.WriteCountersDir(out)
 }
+
+// settle is how long the walk lets the background work a charge sets going
+// run: the notifier's NOTIFY at once, the confirmation round after 50 ms.
+const settle = 300 * time.Millisecond
 
 // backend is what the API is given: the store, and the charge path in
 // front of it.
