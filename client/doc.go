@@ -18,12 +18,13 @@
 // Every method takes a context.Context and returns a *Result whose Data is
 // the decoded answer: CreateAccount, GetAccount, Deposit, GetDeposit,
 // CreateCharge, GetCharge, ListCharges (and Charges, which pages for you),
-// Capture, Void, CreateRefund, GetRefund, ListEvents, and for webhook
-// endpoints CreateWebhookEndpoint, ListWebhookEndpoints, GetWebhookEndpoint,
-// UpdateWebhookEndpoint, DeleteWebhookEndpoint, ListWebhookAttempts (and
-// WebhookAttempts, which pages for you) and ResendWebhookEvent. The request and
-// response types (NewCharge, Charge, ...) are generated from the service's
-// openapi.yaml, so their fields are the API's.
+// Capture, Void, CreateRefund, GetRefund, ListEvents (and Events, which
+// pages for you), GetEvent, and for webhook endpoints CreateWebhookEndpoint,
+// ListWebhookEndpoints, GetWebhookEndpoint, UpdateWebhookEndpoint,
+// DeleteWebhookEndpoint, ListWebhookAttempts (and WebhookAttempts, which pages
+// for you) and ResendWebhookEvent. The request and response types (NewCharge,
+// Charge, ...) are generated from the service's openapi.yaml, so their fields
+// are the API's.
 //
 // # Authorize now, capture later
 //
@@ -166,10 +167,11 @@
 //
 // Layout: client.go (the methods and the retry loop), endpoints.go (the
 // webhook endpoints' methods), retry.go (backoff and what is retryable),
-// errors.go (Problem), event.go (EventData), compat.go (former names),
-// webhook.go (ParseWebhook, VerifyWebhook and SignWebhook, with the standard
-// library's crypto/hmac: a receiver of webhooks needs nothing but this
-// module), types.gen.go (generated).
+// errors.go (Problem), event.go (the event feed's methods and EventData),
+// compat.go (the id types' former names), webhook.go (ParseWebhook,
+// VerifyWebhook and SignWebhook, with the standard library's crypto/hmac: a
+// receiver of webhooks needs nothing but this module), types.gen.go
+// (generated).
 package client
 
 //go:generate go run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2 -config oapi-codegen.yaml -o types.gen.go ../openapi.yaml

@@ -1230,6 +1230,11 @@ type ChargeIDPath = ChargeID
 // Examples: dep_10a5e8e54b65c42b6497f4b1e33952f1
 type DepositIDPath = DepositID
 
+// EventIDPath An event id, `evt_` and 32 lowercase hexadecimal digits.
+//
+// Examples: evt_93ad7d7cb96b0fb2d699199a77507661
+type EventIDPath = EventID
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -1560,6 +1565,14 @@ type ListEventsParams struct {
 	// with the event after it.
 	StartingAfter *EventID `form:"starting_after,omitempty" json:"starting_after,omitempty"`
 
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// GetEventParams defines parameters for GetEvent.
+type GetEventParams struct {
 	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
