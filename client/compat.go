@@ -60,3 +60,9 @@ type (
 	// Deprecated: use WebhookEndpointIDPath.
 	WebhookEndpointIdPath = WebhookEndpointIDPath
 )
+
+// TooManyUnknownKeys is TooManyRequests's name before the spec's 429 answer
+// also meant rate-limited.
+//
+// Deprecated: use TooManyRequests.
+type TooManyUnknownKeys = TooManyRequests

@@ -43,13 +43,15 @@ func TestGeneratedNamesAreGoSpelled(t *testing.T) {
 	}
 }
 
-// The former spellings of the id types still name the same types
-// (compat.go), so code that wrote client.ChargeId builds unchanged.
+// The former names of generated types still name the same types
+// (compat.go), so code that wrote client.ChargeId or client.TooManyUnknownKeys
+// builds unchanged.
 var (
-	_ AccountId         = AccountID("")
-	_ ChargeId          = ChargeID("")
-	_ EventId           = EventID("")
-	_ RequestId         = RequestID("")
-	_ WebhookEndpointId = WebhookEndpointID("")
-	_                   = map[ChargeId]bool{ChargeID("ch_1"): true}
+	_ AccountId          = AccountID("")
+	_ ChargeId           = ChargeID("")
+	_ EventId            = EventID("")
+	_ RequestId          = RequestID("")
+	_ WebhookEndpointId  = WebhookEndpointID("")
+	_                    = map[ChargeId]bool{ChargeID("ch_1"): true}
+	_ TooManyUnknownKeys = TooManyRequests{}
 )
