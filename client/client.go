@@ -54,7 +54,7 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 }
 
 // Version is the client's version, sent in its User-Agent.
-const Version = "1.1.0"
+const Version = "1.2.0"
 
 // UserAgent is what every request of the client says it is.
 const UserAgent = "payments-go/" + Version
@@ -114,18 +114,18 @@ func (c *Client) CreateAccount(ctx context.Context, in NewAccount, opts ...CallO
 // GetAccount reads an account with its balance and available funds. Errors
 // as for CreateAccount;
 // an unknown account is a *Problem with Code CodeNotFound.
-func (c *Client) GetAccount(ctx context.Context, id AccountId) (*Result[Account], error) {
+func (c *Client) GetAccount(ctx context.Context, id AccountID) (*Result[Account], error) {
 	return get[Account](ctx, c, "/v1/accounts/"+url.PathEscape(id), nil)
 }
 
 // Deposit adds money to an account (POST /v1/accounts/{id}/deposits).
 // Errors as for CreateAccount.
-func (c *Client) Deposit(ctx context.Context, accountID AccountId, in NewDeposit, opts ...CallOption) (*Result[Deposit], error) {
+func (c *Client) Deposit(ctx context.Context, accountID AccountID, in NewDeposit, opts ...CallOption) (*Result[Deposit], error) {
 	return post[Deposit](ctx, c, "/v1/accounts/"+url.PathEscape(accountID)+"/deposits", in, opts)
 }
 
 // GetDeposit reads one deposit of an account. Errors as for GetAccount.
-func (c *Client) GetDeposit(ctx context.Context, accountID AccountId, id DepositId) (*Result[Deposit], error) {
+func (c *Client) GetDeposit(ctx context.Context, accountID AccountID, id DepositID) (*Result[Deposit], error) {
 	return get[Deposit](ctx, c, "/v1/accounts/"+url.PathEscape(accountID)+"/deposits/"+url.PathEscape(id), nil)
 }
 
@@ -135,7 +135,7 @@ func (c *Client) GetDeposit(ctx context.Context, accountID AccountId, id Deposit
 // ChargeID of the failed charge the service recorded; other refusals are
 // *Problem too, and a *RetryError says it gave up retrying.
 //
-// With in.PaymentMethod instead of in.AccountId, it charges a card at the
+// With in.PaymentMethod instead of in.AccountID, it charges a card at the
 // service's card processor. The processor's answer within the service's
 // wait is a charge succeeded (or authorized) or a *Problem with Code
 // CodeCardDeclined (and DeclineCode). Otherwise the answer is the charge
@@ -149,7 +149,7 @@ func (c *Client) CreateCharge(ctx context.Context, in NewCharge, opts ...CallOpt
 // GetCharge reads a charge with its amount_captured and amount_refunded; an
 // authorization past its expires_at reads as expired. Errors as for
 // GetAccount.
-func (c *Client) GetCharge(ctx context.Context, id ChargeId) (*Result[Charge], error) {
+func (c *Client) GetCharge(ctx context.Context, id ChargeID) (*Result[Charge], error) {
 	return get[Charge](ctx, c, "/v1/charges/"+url.PathEscape(id), nil)
 }
 
@@ -158,12 +158,12 @@ func (c *Client) GetCharge(ctx context.Context, id ChargeId) (*Result[Charge], e
 // Charges. Errors as for GetAccount.
 func (c *Client) ListCharges(ctx context.Context, p ListChargesParams) (*Result[ChargeList], error) {
 	q := url.Values{}
-	setQuery(q, "account_id", p.AccountId)
+	setQuery(q, "account_id", p.AccountID)
 	setQuery(q, "starting_after", p.StartingAfter)
 	if p.Limit != nil {
 		q.Set("limit", strconv.Itoa(*p.Limit))
 	}
-	return getAs[ChargeList](ctx, c, "/v1/charges", q, p.XRequestId)
+	return getAs[ChargeList](ctx, c, "/v1/charges", q, p.XRequestID)
 }
 
 // Charges iterates over every charge that ListCharges would page through
@@ -185,7 +185,7 @@ func (c *Client) Charges(ctx context.Context, p ListChargesParams) iter.Seq2[Cha
 			if !res.Data.HasMore || len(res.Data.Data) == 0 {
 				return
 			}
-			last := res.Data.Data[len(res.Data.Data)-1].Id
+			last := res.Data.Data[len(res.Data.Data)-1].ID
 			p.StartingAfter = &last
 		}
 	}
@@ -200,7 +200,7 @@ func (c *Client) Charges(ctx context.Context, p ListChargesParams) iter.Seq2[Cha
 // capture the processor has not answered yet is Result.StatusCode 202 with
 // the charge as it stands (still authorized): retry with the same key, or
 // read the charge after RetryAfter.
-func (c *Client) Capture(ctx context.Context, chargeID ChargeId, in CaptureCharge, opts ...CallOption) (*Result[Charge], error) {
+func (c *Client) Capture(ctx context.Context, chargeID ChargeID, in CaptureCharge, opts ...CallOption) (*Result[Charge], error) {
 	return post[Charge](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/capture", in, opts)
 }
 
@@ -209,7 +209,7 @@ func (c *Client) Capture(ctx context.Context, chargeID ChargeId, in CaptureCharg
 // a *Problem: CodeChargeNotVoidable (with ChargeStatus), CodeNotFound; for a
 // card charge also CodeChargeOperationInProgress and CodeProcessorDeclined,
 // and a 202 as for Capture.
-func (c *Client) Void(ctx context.Context, chargeID ChargeId, opts ...CallOption) (*Result[Charge], error) {
+func (c *Client) Void(ctx context.Context, chargeID ChargeID, opts ...CallOption) (*Result[Charge], error) {
 	return post[Charge](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/void", VoidCharge{}, opts)
 }
 
@@ -219,51 +219,13 @@ func (c *Client) Void(ctx context.Context, chargeID ChargeId, opts ...CallOption
 // succeeded), CodeNotFound; for a card charge also CodeProcessorDeclined.
 // A card charge's refund the processor has not answered yet is
 // Result.StatusCode 202 with the refund pending (its amount reserved).
-func (c *Client) CreateRefund(ctx context.Context, chargeID ChargeId, in NewRefund, opts ...CallOption) (*Result[Refund], error) {
+func (c *Client) CreateRefund(ctx context.Context, chargeID ChargeID, in NewRefund, opts ...CallOption) (*Result[Refund], error) {
 	return post[Refund](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/refunds", in, opts)
 }
 
 // GetRefund reads one refund of a charge. Errors as for GetAccount.
-func (c *Client) GetRefund(ctx context.Context, chargeID ChargeId, id RefundId) (*Result[Refund], error) {
+func (c *Client) GetRefund(ctx context.Context, chargeID ChargeID, id RefundID) (*Result[Refund], error) {
 	return get[Refund](ctx, c, "/v1/charges/"+url.PathEscape(chargeID)+"/refunds/"+url.PathEscape(id), nil)
-}
-
-// ListEvents reads one page of the event feed, oldest first; continue with
-// StartingAfter set to the last event's id. The feed may not yet hold the
-// events of changes that just committed. Errors as for GetAccount.
-func (c *Client) ListEvents(ctx context.Context, p ListEventsParams) (*Result[EventList], error) {
-	q := url.Values{}
-	setQuery(q, "starting_after", p.StartingAfter)
-	if p.Limit != nil {
-		q.Set("limit", strconv.Itoa(*p.Limit))
-	}
-	return getAs[EventList](ctx, c, "/v1/events", q, p.XRequestId)
-}
-
-// Events iterates over the event feed from p, oldest first, fetching the
-// pages as it goes, until a page says no more follow (events committed
-// later are for a next call, from the last id seen). It stops at the first
-// error, which it yields with a zero Event.
-func (c *Client) Events(ctx context.Context, p ListEventsParams) iter.Seq2[Event, error] {
-	return func(yield func(Event, error) bool) {
-		for {
-			res, err := c.ListEvents(ctx, p)
-			if err != nil {
-				yield(Event{}, err)
-				return
-			}
-			for _, e := range res.Data.Data {
-				if !yield(e, nil) {
-					return
-				}
-			}
-			if !res.Data.HasMore || len(res.Data.Data) == 0 {
-				return
-			}
-			last := res.Data.Data[len(res.Data.Data)-1].Id
-			p.StartingAfter = &last
-		}
-	}
 }
 
 func setQuery(q url.Values, name string, v *string) {

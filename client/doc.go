@@ -6,24 +6,25 @@
 //
 //	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
 //	res, err := c.CreateCharge(ctx, client.NewCharge{
-//		AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef",
+//		AccountID: "acct_4a5f3df99a5d518c03adf918c80d03ef",
 //		Amount:    500, // minor units: 5.00 USD
 //		Currency:  "USD",
 //	})
 //	if err != nil {
 //		return err
 //	}
-//	fmt.Println(res.Data.Id, res.Data.Status, res.RequestIDs)
+//	fmt.Println(res.Data.ID, res.Data.Status, res.RequestIDs)
 //
 // Every method takes a context.Context and returns a *Result whose Data is
 // the decoded answer: CreateAccount, GetAccount, Deposit, GetDeposit,
 // CreateCharge, GetCharge, ListCharges (and Charges, which pages for you),
-// Capture, Void, CreateRefund, GetRefund, ListEvents, and for webhook
-// endpoints CreateWebhookEndpoint, ListWebhookEndpoints, GetWebhookEndpoint,
-// UpdateWebhookEndpoint, DeleteWebhookEndpoint, ListWebhookAttempts (and
-// WebhookAttempts, which pages for you) and ResendWebhookEvent. The request and
-// response types (NewCharge, Charge, ...) are generated from the service's
-// openapi.yaml, so their fields are the API's.
+// Capture, Void, CreateRefund, GetRefund, ListEvents (and Events, which
+// pages for you), GetEvent, and for webhook endpoints CreateWebhookEndpoint,
+// ListWebhookEndpoints, GetWebhookEndpoint, UpdateWebhookEndpoint,
+// DeleteWebhookEndpoint, ListWebhookAttempts (and WebhookAttempts, which pages
+// for you) and ResendWebhookEvent. The request and response types (NewCharge,
+// Charge, ...) are generated from the service's openapi.yaml, so their fields
+// are the API's.
 //
 // # Authorize now, capture later
 //
@@ -109,7 +110,7 @@
 // signature's timestamp is within the tolerance of now (5 minutes by
 // default), so a captured delivery cannot be replayed later, and returns the
 // Event the body carries. A delivery may arrive more than once: deduplicate
-// on that Event's Id, which the signature covers. Never deduplicate on the
+// on that Event's ID, which the signature covers. Never deduplicate on the
 // Payments-Event-Id header (WebhookEventIDHeader): the signature does not
 // cover it, so a delivery captured and replayed within the tolerance with
 // another value there verifies, and would be handled twice. VerifyWebhook
@@ -126,6 +127,10 @@
 // client instead, with its own transport that does not retry and a large
 // runtime, which this layer would have to work around. `make generate`
 // rewrites types.gen.go from openapi.yaml, and CI fails when it is stale.
+//
+// The generated names spell initialisms as Go does (ID, URL: oapi-codegen's
+// name-normalizer ToCamelCaseWithInitialisms); the id types' spellings before
+// 1.2.0 (ChargeId, EventId, ...) are deprecated aliases (compat.go).
 //
 // Some constructs of the spec come out awkwardly, and are left as generated:
 // the nullable enum of Charge.failure_code adds a constant
@@ -162,10 +167,11 @@
 //
 // Layout: client.go (the methods and the retry loop), endpoints.go (the
 // webhook endpoints' methods), retry.go (backoff and what is retryable),
-// errors.go (Problem), event.go (EventData),
-// webhook.go (ParseWebhook, VerifyWebhook and SignWebhook, with the standard
-// library's crypto/hmac: a receiver of webhooks needs nothing but this
-// module), types.gen.go (generated).
+// errors.go (Problem), event.go (the event feed's methods and EventData),
+// compat.go (the id types' former names), webhook.go (ParseWebhook,
+// VerifyWebhook and SignWebhook, with the standard library's crypto/hmac: a
+// receiver of webhooks needs nothing but this module), types.gen.go
+// (generated).
 package client
 
 //go:generate go run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2 -config oapi-codegen.yaml -o types.gen.go ../openapi.yaml

@@ -27,7 +27,7 @@ func (c *Client) ListWebhookEndpoints(ctx context.Context) (*Result[WebhookEndpo
 
 // GetWebhookEndpoint reads one endpoint, without its secret. Errors as for
 // GetAccount.
-func (c *Client) GetWebhookEndpoint(ctx context.Context, id WebhookEndpointId) (*Result[WebhookEndpoint], error) {
+func (c *Client) GetWebhookEndpoint(ctx context.Context, id WebhookEndpointID) (*Result[WebhookEndpoint], error) {
 	return get[WebhookEndpoint](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(id), nil)
 }
 
@@ -41,7 +41,7 @@ func (c *Client) GetWebhookEndpoint(ctx context.Context, id WebhookEndpointId) (
 // CodeInvalidRequest with Field "url" or "events" as for
 // CreateWebhookEndpoint, CodeNotFound for an unknown or deleted endpoint; a
 // *RetryError says it gave up retrying.
-func (c *Client) UpdateWebhookEndpoint(ctx context.Context, id WebhookEndpointId, in UpdateWebhookEndpoint, opts ...CallOption) (*Result[WebhookEndpoint], error) {
+func (c *Client) UpdateWebhookEndpoint(ctx context.Context, id WebhookEndpointID, in UpdateWebhookEndpoint, opts ...CallOption) (*Result[WebhookEndpoint], error) {
 	return post[WebhookEndpoint](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(id), in, opts)
 }
 
@@ -52,7 +52,7 @@ func (c *Client) UpdateWebhookEndpoint(ctx context.Context, id WebhookEndpointId
 // with Code CodeNotFound. After a lost answer it retries like a read, so a
 // CodeNotFound with Result.Attempts above 1 most likely means an earlier
 // attempt deleted it.
-func (c *Client) DeleteWebhookEndpoint(ctx context.Context, id WebhookEndpointId) (*Result[DeletedWebhookEndpoint], error) {
+func (c *Client) DeleteWebhookEndpoint(ctx context.Context, id WebhookEndpointID) (*Result[DeletedWebhookEndpoint], error) {
 	res := &Result[DeletedWebhookEndpoint]{}
 	return res, do(ctx, c, http.MethodDelete, "/v1/webhook_endpoints/"+url.PathEscape(id), "", nil, res)
 }
@@ -62,19 +62,19 @@ func (c *Client) DeleteWebhookEndpoint(ctx context.Context, id WebhookEndpointId
 // last attempt's id while HasMore is true, or use WebhookAttempts. A deleted
 // or unknown endpoint is a *Problem with Code CodeNotFound; other errors as
 // for GetAccount.
-func (c *Client) ListWebhookAttempts(ctx context.Context, endpointID WebhookEndpointId, p ListWebhookAttemptsParams) (*Result[WebhookAttemptList], error) {
+func (c *Client) ListWebhookAttempts(ctx context.Context, endpointID WebhookEndpointID, p ListWebhookAttemptsParams) (*Result[WebhookAttemptList], error) {
 	q := url.Values{}
 	setQuery(q, "starting_after", p.StartingAfter)
 	if p.Limit != nil {
 		q.Set("limit", strconv.Itoa(*p.Limit))
 	}
-	return getAs[WebhookAttemptList](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(endpointID)+"/attempts", q, p.XRequestId)
+	return getAs[WebhookAttemptList](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(endpointID)+"/attempts", q, p.XRequestID)
 }
 
 // WebhookAttempts iterates over every attempt that ListWebhookAttempts would
 // page through from p, fetching the pages as it goes. It stops at the first
 // error, which it yields with a zero WebhookAttempt.
-func (c *Client) WebhookAttempts(ctx context.Context, endpointID WebhookEndpointId, p ListWebhookAttemptsParams) iter.Seq2[WebhookAttempt, error] {
+func (c *Client) WebhookAttempts(ctx context.Context, endpointID WebhookEndpointID, p ListWebhookAttemptsParams) iter.Seq2[WebhookAttempt, error] {
 	return func(yield func(WebhookAttempt, error) bool) {
 		for {
 			res, err := c.ListWebhookAttempts(ctx, endpointID, p)
@@ -90,7 +90,7 @@ func (c *Client) WebhookAttempts(ctx context.Context, endpointID WebhookEndpoint
 			if !res.Data.HasMore || len(res.Data.Data) == 0 {
 				return
 			}
-			last := res.Data.Data[len(res.Data.Data)-1].Id
+			last := res.Data.Data[len(res.Data.Data)-1].ID
 			p.StartingAfter = &last
 		}
 	}
@@ -102,7 +102,7 @@ func (c *Client) WebhookAttempts(ctx context.Context, endpointID WebhookEndpoint
 // *Problem: CodeNotFound for an unknown endpoint, an unknown event or one
 // the endpoint does not subscribe to, CodeInvalidRequest for a disabled
 // endpoint; a *RetryError says it gave up retrying.
-func (c *Client) ResendWebhookEvent(ctx context.Context, endpointID WebhookEndpointId, eventID EventId, opts ...CallOption) (*Result[WebhookDelivery], error) {
+func (c *Client) ResendWebhookEvent(ctx context.Context, endpointID WebhookEndpointID, eventID EventID, opts ...CallOption) (*Result[WebhookDelivery], error) {
 	return post[WebhookDelivery](ctx, c, "/v1/webhook_endpoints/"+url.PathEscape(endpointID)+"/events/"+url.PathEscape(eventID)+"/resend",
 		ResendWebhookEvent{}, opts)
 }

@@ -1,9 +1,59 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
+	"net/url"
+	"strconv"
 )
+
+// ListEvents reads one page of the event feed, oldest first; continue with
+// StartingAfter set to the last event's id. The feed may not yet hold the
+// events of changes that just committed. Errors as for GetAccount.
+func (c *Client) ListEvents(ctx context.Context, p ListEventsParams) (*Result[EventList], error) {
+	q := url.Values{}
+	setQuery(q, "starting_after", p.StartingAfter)
+	if p.Limit != nil {
+		q.Set("limit", strconv.Itoa(*p.Limit))
+	}
+	return getAs[EventList](ctx, c, "/v1/events", q, p.XRequestID)
+}
+
+// Events iterates over the event feed from p, oldest first, fetching the
+// pages as it goes, until a page says no more follow (events committed
+// later are for a next call, from the last id seen). It stops at the first
+// error, which it yields with a zero Event.
+func (c *Client) Events(ctx context.Context, p ListEventsParams) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for {
+			res, err := c.ListEvents(ctx, p)
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			for _, e := range res.Data.Data {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if !res.Data.HasMore || len(res.Data.Data) == 0 {
+				return
+			}
+			last := res.Data.Data[len(res.Data.Data)-1].ID
+			p.StartingAfter = &last
+		}
+	}
+}
+
+// GetEvent reads one event, exactly as ListEvents lists it. An event the
+// feed does not list yet (its change just committed) is a *Problem with
+// CodeNotFound until it does, as is one pruned from the feed or another
+// merchant's. Errors as for GetAccount.
+func (c *Client) GetEvent(ctx context.Context, id EventID) (*Result[Event], error) {
+	return get[Event](ctx, c, "/v1/events/"+url.PathEscape(id), nil)
+}
 
 // EventData is an event's data: the object the event describes, as it was
 // when the event happened. Its Discriminator (the object's "object" field)

@@ -33,14 +33,14 @@ func ExampleClient_CreateCharge() {
 	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
 
 	res, err := c.CreateCharge(ctx, client.NewCharge{
-		AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef",
+		AccountID: "acct_4a5f3df99a5d518c03adf918c80d03ef",
 		Amount:    500, // 5.00 USD
 		Currency:  "USD",
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(res.Data.Id, res.Data.Status, "after", res.Attempts, "attempt(s), request ids", res.RequestIDs)
+	fmt.Println(res.Data.ID, res.Data.Status, "after", res.Attempts, "attempt(s), request ids", res.RequestIDs)
 }
 
 // A key of your own, saved with the order before the charge is sent, lets a
@@ -49,7 +49,7 @@ func ExampleClient_CreateCharge() {
 func ExampleClient_CreateCharge_replay() {
 	ctx := context.Background()
 	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
-	in := client.NewCharge{AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef", Amount: 500, Currency: "USD"}
+	in := client.NewCharge{AccountID: "acct_4a5f3df99a5d518c03adf918c80d03ef", Amount: 500, Currency: "USD"}
 	key := "order-1042" // stored with the order before the first attempt
 
 	first, err := c.CreateCharge(ctx, in, client.WithIdempotencyKey(key))
@@ -62,7 +62,7 @@ func ExampleClient_CreateCharge_replay() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(first.Data.Id == again.Data.Id, again.Replayed) // true true
+	fmt.Println(first.Data.ID == again.Data.ID, again.Replayed) // true true
 }
 
 // A refusal is a *client.Problem: switch on its Code. It is returned at once,
@@ -71,7 +71,7 @@ func ExampleClient_CreateCharge_insufficientFunds() {
 	ctx := context.Background()
 	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
 
-	_, err := c.CreateCharge(ctx, client.NewCharge{AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef", Amount: 99_999_999, Currency: "USD"})
+	_, err := c.CreateCharge(ctx, client.NewCharge{AccountID: "acct_4a5f3df99a5d518c03adf918c80d03ef", Amount: 99_999_999, Currency: "USD"})
 	var p *client.Problem
 	switch {
 	case err == nil:
@@ -100,7 +100,7 @@ func ExampleClient_CreateRefund() {
 	} else if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(res.Data.Id, res.Data.Amount)
+	fmt.Println(res.Data.ID, res.Data.Amount)
 }
 
 // Authorize now, capture later: CreateCharge with Capture false holds the
@@ -113,7 +113,7 @@ func ExampleClient_Capture() {
 
 	capture := false
 	auth, err := c.CreateCharge(ctx, client.NewCharge{
-		AccountId: "acct_4a5f3df99a5d518c03adf918c80d03ef",
+		AccountID: "acct_4a5f3df99a5d518c03adf918c80d03ef",
 		Amount:    3_000, // held, not taken: the account's Available drops, its Balance does not
 		Currency:  "USD",
 		Capture:   &capture,
@@ -125,7 +125,7 @@ func ExampleClient_Capture() {
 
 	// The order shipped without one item: take 25.00, release the rest.
 	amount := int64(2_500)
-	res, err := c.Capture(ctx, auth.Data.Id, client.CaptureCharge{Amount: &amount})
+	res, err := c.Capture(ctx, auth.Data.ID, client.CaptureCharge{Amount: &amount})
 	var p *client.Problem
 	switch {
 	case errors.As(err, &p) && p.Code == client.CodeChargeNotCapturable:
@@ -159,11 +159,11 @@ func ExampleClient_Charges() {
 	c := client.New("http://localhost:8080", os.Getenv("PAYMENTS_API_KEY"))
 
 	account, limit := "acct_4a5f3df99a5d518c03adf918c80d03ef", 100
-	for ch, err := range c.Charges(ctx, client.ListChargesParams{AccountId: &account, Limit: &limit}) {
+	for ch, err := range c.Charges(ctx, client.ListChargesParams{AccountID: &account, Limit: &limit}) {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Println(ch.Id, ch.Amount, ch.Status, ch.AmountRefunded)
+		fmt.Println(ch.ID, ch.Amount, ch.Status, ch.AmountRefunded)
 	}
 }
 
@@ -184,9 +184,9 @@ func ExampleClient_ListEvents() {
 				if err != nil {
 					log.Fatal(err)
 				}
-				fmt.Println(e.Id, ch.Id, ch.Amount)
+				fmt.Println(e.ID, ch.ID, ch.Amount)
 			}
-			after = &e.Id
+			after = &e.ID
 		}
 		if !page.Data.HasMore {
 			return
@@ -202,7 +202,7 @@ func ExampleParseWebhook() {
 	secret := os.Getenv("PAYMENTS_WEBHOOK_SECRET") // "whsec_...", shown once when the endpoint was created
 	var (
 		mu   sync.Mutex
-		seen = map[client.EventId]bool{} // in production: a unique key in your database, written with the effect
+		seen = map[client.EventID]bool{} // in production: a unique key in your database, written with the effect
 	)
 	http.HandleFunc("POST /webhooks/payments", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
@@ -216,11 +216,11 @@ func ExampleParseWebhook() {
 			return
 		}
 		mu.Lock()
-		again := seen[ev.Id]
-		seen[ev.Id] = true
+		again := seen[ev.ID]
+		seen[ev.ID] = true
 		mu.Unlock()
 		if !again {
-			log.Println("event", ev.Id, ev.Type)
+			log.Println("event", ev.ID, ev.Type)
 		}
 		w.WriteHeader(http.StatusNoContent) // any 2xx acknowledges it, a duplicate's too
 	})
@@ -238,6 +238,6 @@ func ExampleSignWebhook() {
 
 	// What your handler does with it:
 	ev, err := client.ParseWebhook(body, req.Header.Get(client.WebhookSignatureHeader), secret, 0)
-	fmt.Println(ev.Id, ev.Type, err)
+	fmt.Println(ev.ID, ev.Type, err)
 	// Output: evt_0190c0d5a1b27c3e8f4d6a5b4c3d2e1f charge.succeeded <nil>
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // TestRequestsSayWhoSendsThem: every request carries the client's
-// User-Agent, and a caller's own X-Request-Id (the params' XRequestId) is
+// User-Agent, and a caller's own X-Request-Id (the params' XRequestID) is
 // the one sent, not dropped for a generated one.
 func TestRequestsSayWhoSendsThem(t *testing.T) {
 	var (
@@ -35,7 +35,7 @@ func TestRequestsSayWhoSendsThem(t *testing.T) {
 	defer srv.Close()
 	c := New(srv.URL, "sk_test")
 	mine := "order-1001-list"
-	if _, err := c.ListCharges(context.Background(), ListChargesParams{XRequestId: &mine}); err != nil {
+	if _, err := c.ListCharges(context.Background(), ListChargesParams{XRequestID: &mine}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.ListEvents(context.Background(), ListEventsParams{}); err != nil {
@@ -79,7 +79,7 @@ func TestEventsIteratesTheFeed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, e.Id)
+		ids = append(ids, e.ID)
 	}
 	if strings.Join(ids, ",") != "evt_1,evt_2,evt_3" {
 		t.Errorf("events %v, want evt_1, evt_2, evt_3", ids)

@@ -410,10 +410,10 @@ type Account struct {
 	// Description The description given at creation, or null.
 	Description *Description `json:"description"`
 
-	// Id An account id, `acct_` and 32 lowercase hexadecimal digits.
+	// ID An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-	Id AccountId `json:"id"`
+	ID AccountID `json:"id"`
 
 	// Metadata Your own key-value pairs, stored and returned as given: at most 50 keys of 1
 	// to 40 characters, string values of at most 500 characters.
@@ -427,10 +427,10 @@ type Account struct {
 // AccountObject defines model for Account.Object.
 type AccountObject string
 
-// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
+// AccountID An account id, `acct_` and 32 lowercase hexadecimal digits.
 //
 // Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-type AccountId = string
+type AccountID = string
 
 // Amount An amount in minor units of the currency (cents for USD, yen for JPY).
 //
@@ -452,10 +452,10 @@ type CaptureCharge struct {
 // the same at a card processor, which names its `payment_method` where
 // an account's charge names its `account_id` (see *Charging a card*).
 type Charge struct {
-	// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
+	// AccountID An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-	AccountId AccountId `json:"account_id,omitempty"`
+	AccountID AccountID `json:"account_id,omitempty"`
 
 	// Amount An amount in minor units of the currency (cents for USD, yen for JPY).
 	//
@@ -512,10 +512,10 @@ type Charge struct {
 	// processor's records, settled it as failed: no money moved).
 	FailureCode *ChargeFailureCode `json:"failure_code"`
 
-	// Id A charge id, `ch_` and 32 lowercase hexadecimal digits.
+	// ID A charge id, `ch_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: ch_0097748e0b70e31f14e42883ee36d0e5
-	Id ChargeId `json:"id"`
+	ID ChargeID `json:"id"`
 
 	// Metadata Your own key-value pairs, stored and returned as given: at most 50 keys of 1
 	// to 40 characters, string values of at most 500 characters.
@@ -577,10 +577,10 @@ type ChargeObject string
 // the charge recorded; `card-declined` also the processor's
 // `decline_code`.
 type ChargeFailedProblem struct {
-	// ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
+	// ChargeID A charge id, `ch_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: ch_0097748e0b70e31f14e42883ee36d0e5
-	ChargeId ChargeId `json:"charge_id"`
+	ChargeID ChargeID `json:"charge_id"`
 
 	// ChargeStatus Where a charge stands. `succeeded`: money was taken from the account,
 	// `amount_captured` of it (the whole amount, unless a capture took part
@@ -628,10 +628,10 @@ type ChargeFailedProblem struct {
 	Type string `json:"type"`
 }
 
-// ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
+// ChargeID A charge id, `ch_` and 32 lowercase hexadecimal digits.
 //
 // Examples: ch_0097748e0b70e31f14e42883ee36d0e5
-type ChargeId = string
+type ChargeID = string
 
 // ChargeList A page of charges, newest first.
 type ChargeList struct {
@@ -673,10 +673,10 @@ type DeletedWebhookEndpoint struct {
 	// Deleted Always true.
 	Deleted bool `json:"deleted"`
 
-	// Id A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+	// ID A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
-	Id     WebhookEndpointId            `json:"id"`
+	ID     WebhookEndpointID            `json:"id"`
 	Object DeletedWebhookEndpointObject `json:"object"`
 }
 
@@ -685,10 +685,10 @@ type DeletedWebhookEndpointObject string
 
 // Deposit Money added to an account.
 type Deposit struct {
-	// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
+	// AccountID An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-	AccountId AccountId `json:"account_id"`
+	AccountID AccountID `json:"account_id"`
 
 	// Amount An amount in minor units of the currency (cents for USD, yen for JPY).
 	//
@@ -705,20 +705,20 @@ type Deposit struct {
 	// Examples: USD
 	Currency Currency `json:"currency"`
 
-	// Id A deposit id, `dep_` and 32 lowercase hexadecimal digits.
+	// ID A deposit id, `dep_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: dep_10a5e8e54b65c42b6497f4b1e33952f1
-	Id     DepositId     `json:"id"`
+	ID     DepositID     `json:"id"`
 	Object DepositObject `json:"object"`
 }
 
 // DepositObject defines model for Deposit.Object.
 type DepositObject string
 
-// DepositId A deposit id, `dep_` and 32 lowercase hexadecimal digits.
+// DepositID A deposit id, `dep_` and 32 lowercase hexadecimal digits.
 //
 // Examples: dep_10a5e8e54b65c42b6497f4b1e33952f1
-type DepositId = string
+type DepositID = string
 
 // Description Free text for your own use, at most 1,000 characters.
 type Description = string
@@ -740,10 +740,10 @@ type Event struct {
 	// Data The object the event describes; its `object` field tells which kind.
 	Data EventData `json:"data"`
 
-	// Id An event id, `evt_` and 32 lowercase hexadecimal digits.
+	// ID An event id, `evt_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: evt_93ad7d7cb96b0fb2d699199a77507661
-	Id     EventId     `json:"id"`
+	ID     EventID     `json:"id"`
 	Object EventObject `json:"object"`
 
 	// Type What happened; `data` is the object of the matching kind.
@@ -786,10 +786,10 @@ type EventObject string
 // `data` is the endpoint (`status` `disabled`, no secret).
 type EventType string
 
-// EventId An event id, `evt_` and 32 lowercase hexadecimal digits.
+// EventID An event id, `evt_` and 32 lowercase hexadecimal digits.
 //
 // Examples: evt_93ad7d7cb96b0fb2d699199a77507661
-type EventId = string
+type EventID = string
 
 // EventList A page of events, oldest first.
 type EventList struct {
@@ -831,10 +831,10 @@ type NewAccount struct {
 // processor (`payment_method`): exactly one of the two, else `400
 // invalid-request`. Unknown fields are `400 invalid-request`.
 type NewCharge struct {
-	// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
+	// AccountID An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-	AccountId AccountId `json:"account_id,omitempty"`
+	AccountID AccountID `json:"account_id,omitempty"`
 
 	// Amount An amount in minor units of the currency (cents for USD, yen for JPY).
 	//
@@ -895,12 +895,12 @@ type NewWebhookEndpoint struct {
 	// present and future, or one or more distinct types of `Event.type`.
 	Events WebhookEventTypes `json:"events"`
 
-	// Url Where the events are to be sent: an absolute `https` URL on a
+	// URL Where the events are to be sent: an absolute `https` URL on a
 	// public address, at most 2048 bytes.
 	//
 	//
 	// Examples: https://merchant.example/hooks/payments
-	Url string `json:"url"`
+	URL string `json:"url"`
 }
 
 // PaymentMethod A payment method at the card processor: `pm_` and 1 to 64 letters,
@@ -914,10 +914,10 @@ type PaymentMethod = string
 // ProblemBody An RFC 9457 problem detail. Program against `status` and `code`; `title` and
 // `detail` are for people.
 type ProblemBody struct {
-	// ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
+	// ChargeID A charge id, `ch_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: ch_0097748e0b70e31f14e42883ee36d0e5
-	ChargeId *ChargeId `json:"charge_id,omitempty"`
+	ChargeID *ChargeID `json:"charge_id,omitempty"`
 
 	// ChargeStatus Where a charge stands. `succeeded`: money was taken from the account,
 	// `amount_captured` of it (the whole amount, unless a capture took part
@@ -979,20 +979,20 @@ type ProblemBody struct {
 // to the card at the processor: a card charge's refund has no
 // `account_id` but a `status`.
 type Refund struct {
-	// AccountId An account id, `acct_` and 32 lowercase hexadecimal digits.
+	// AccountID An account id, `acct_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-	AccountId AccountId `json:"account_id,omitempty"`
+	AccountID AccountID `json:"account_id,omitempty"`
 
 	// Amount An amount in minor units of the currency (cents for USD, yen for JPY).
 	//
 	// Examples: 500
 	Amount Amount `json:"amount"`
 
-	// ChargeId A charge id, `ch_` and 32 lowercase hexadecimal digits.
+	// ChargeID A charge id, `ch_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: ch_0097748e0b70e31f14e42883ee36d0e5
-	ChargeId ChargeId `json:"charge_id"`
+	ChargeID ChargeID `json:"charge_id"`
 
 	// CreatedAt RFC 3339 in UTC with microseconds.
 	//
@@ -1004,10 +1004,10 @@ type Refund struct {
 	// Examples: USD
 	Currency Currency `json:"currency"`
 
-	// Id A refund id, `re_` and 32 lowercase hexadecimal digits.
+	// ID A refund id, `re_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: re_4f9ad5409b73a6fe611d283e02edf737
-	Id     RefundId     `json:"id"`
+	ID     RefundID     `json:"id"`
 	Object RefundObject `json:"object"`
 
 	// Status A card charge's refund at the processor: `pending` while its outcome
@@ -1021,10 +1021,10 @@ type Refund struct {
 // RefundObject defines model for Refund.Object.
 type RefundObject string
 
-// RefundId A refund id, `re_` and 32 lowercase hexadecimal digits.
+// RefundID A refund id, `re_` and 32 lowercase hexadecimal digits.
 //
 // Examples: re_4f9ad5409b73a6fe611d283e02edf737
-type RefundId = string
+type RefundID = string
 
 // RefundStatus A card charge's refund at the processor: `pending` while its outcome
 // is not known (its amount is reserved), then `succeeded` (the charge's
@@ -1053,13 +1053,13 @@ type UpdateWebhookEndpoint struct {
 	// present and future, or one or more distinct types of `Event.type`.
 	Events *WebhookEventTypes `json:"events,omitempty"`
 
-	// Url Where the events are to be sent from now on: an absolute `https`
+	// URL Where the events are to be sent from now on: an absolute `https`
 	// URL on a public address, at most 2048 bytes, checked as at
 	// creation.
 	//
 	//
 	// Examples: https://merchant.example/hooks/v2
-	Url *string `json:"url,omitempty"`
+	URL *string `json:"url,omitempty"`
 }
 
 // VoidCharge A void has no fields; the body, if any, is `{}`. Unknown fields are `400 invalid-request`.
@@ -1074,23 +1074,23 @@ type WebhookAttempt struct {
 	// Examples: 2026-11-30T12:00:00.123456Z
 	AttemptedAt Timestamp `json:"attempted_at"`
 
-	// EndpointId A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+	// EndpointID A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
-	EndpointId WebhookEndpointId `json:"endpoint_id"`
+	EndpointID WebhookEndpointID `json:"endpoint_id"`
 
 	// Error Why there was no answer (refused, timed out, ...); null when there was one.
 	Error *string `json:"error"`
 
-	// EventId An event id, `evt_` and 32 lowercase hexadecimal digits.
+	// EventID An event id, `evt_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: evt_93ad7d7cb96b0fb2d699199a77507661
-	EventId EventId `json:"event_id"`
+	EventID EventID `json:"event_id"`
 
-	// Id A webhook delivery attempt's id, `wha_` and 32 lowercase hexadecimal digits.
+	// ID A webhook delivery attempt's id, `wha_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: wha_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b
-	Id WebhookAttemptId `json:"id"`
+	ID WebhookAttemptID `json:"id"`
 
 	// LatencyMs Milliseconds from the start of the `POST` to its answer or its failure.
 	LatencyMs int                  `json:"latency_ms"`
@@ -1103,10 +1103,10 @@ type WebhookAttempt struct {
 // WebhookAttemptObject defines model for WebhookAttempt.Object.
 type WebhookAttemptObject string
 
-// WebhookAttemptId A webhook delivery attempt's id, `wha_` and 32 lowercase hexadecimal digits.
+// WebhookAttemptID A webhook delivery attempt's id, `wha_` and 32 lowercase hexadecimal digits.
 //
 // Examples: wha_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b
-type WebhookAttemptId = string
+type WebhookAttemptID = string
 
 // WebhookAttemptList A page of an endpoint's attempts, newest first.
 type WebhookAttemptList struct {
@@ -1122,15 +1122,15 @@ type WebhookAttemptListObject string
 
 // WebhookDelivery An event scheduled for delivery to an endpoint.
 type WebhookDelivery struct {
-	// EndpointId A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+	// EndpointID A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
-	EndpointId WebhookEndpointId `json:"endpoint_id"`
+	EndpointID WebhookEndpointID `json:"endpoint_id"`
 
-	// EventId An event id, `evt_` and 32 lowercase hexadecimal digits.
+	// EventID An event id, `evt_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: evt_93ad7d7cb96b0fb2d699199a77507661
-	EventId EventId               `json:"event_id"`
+	EventID EventID               `json:"event_id"`
 	Object  WebhookDeliveryObject `json:"object"`
 
 	// State `pending`: due now, and retried until delivered.
@@ -1155,10 +1155,10 @@ type WebhookEndpoint struct {
 	// present and future, or one or more distinct types of `Event.type`.
 	Events WebhookEventTypes `json:"events"`
 
-	// Id A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+	// ID A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
 	//
 	// Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
-	Id     WebhookEndpointId     `json:"id"`
+	ID     WebhookEndpointID     `json:"id"`
 	Object WebhookEndpointObject `json:"object"`
 
 	// ResumesAfter Only in the answer of the update that enabled a disabled
@@ -1168,7 +1168,7 @@ type WebhookEndpoint struct {
 	// subscribes to); this one and those before it, the events of the
 	// time it was disabled among them, are not sent unless resent.
 	// Null when no event of your merchant comes before.
-	ResumesAfter *EventId `json:"resumes_after,omitempty"`
+	ResumesAfter *EventID `json:"resumes_after,omitempty"`
 
 	// Secret Signs the deliveries: `whsec_` and 43 base64url characters, used
 	// whole as the HMAC key. Only in the answer that created the
@@ -1181,8 +1181,8 @@ type WebhookEndpoint struct {
 	// again).
 	Status WebhookEndpointStatus `json:"status"`
 
-	// Url Where the events are sent.
-	Url string `json:"url"`
+	// URL Where the events are sent.
+	URL string `json:"url"`
 }
 
 // WebhookEndpointObject defines model for WebhookEndpoint.Object.
@@ -1194,10 +1194,10 @@ type WebhookEndpointObject string
 // again).
 type WebhookEndpointStatus string
 
-// WebhookEndpointId A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+// WebhookEndpointID A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
 //
 // Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
-type WebhookEndpointId = string
+type WebhookEndpointID = string
 
 // WebhookEndpointList All of your merchant's endpoints, oldest first, without their secrets.
 type WebhookEndpointList struct {
@@ -1215,20 +1215,25 @@ type WebhookEndpointListObject string
 // present and future, or one or more distinct types of `Event.type`.
 type WebhookEventTypes = []string
 
-// AccountIdPath An account id, `acct_` and 32 lowercase hexadecimal digits.
+// AccountIDPath An account id, `acct_` and 32 lowercase hexadecimal digits.
 //
 // Examples: acct_4a5f3df99a5d518c03adf918c80d03ef
-type AccountIdPath = AccountId
+type AccountIDPath = AccountID
 
-// ChargeIdPath A charge id, `ch_` and 32 lowercase hexadecimal digits.
+// ChargeIDPath A charge id, `ch_` and 32 lowercase hexadecimal digits.
 //
 // Examples: ch_0097748e0b70e31f14e42883ee36d0e5
-type ChargeIdPath = ChargeId
+type ChargeIDPath = ChargeID
 
-// DepositIdPath A deposit id, `dep_` and 32 lowercase hexadecimal digits.
+// DepositIDPath A deposit id, `dep_` and 32 lowercase hexadecimal digits.
 //
 // Examples: dep_10a5e8e54b65c42b6497f4b1e33952f1
-type DepositIdPath = DepositId
+type DepositIDPath = DepositID
+
+// EventIDPath An event id, `evt_` and 32 lowercase hexadecimal digits.
+//
+// Examples: evt_93ad7d7cb96b0fb2d699199a77507661
+type EventIDPath = EventID
 
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
@@ -1236,18 +1241,18 @@ type IdempotencyKey = string
 // Limit defines model for Limit.
 type Limit = int
 
-// RefundIdPath A refund id, `re_` and 32 lowercase hexadecimal digits.
+// RefundIDPath A refund id, `re_` and 32 lowercase hexadecimal digits.
 //
 // Examples: re_4f9ad5409b73a6fe611d283e02edf737
-type RefundIdPath = RefundId
+type RefundIDPath = RefundID
 
-// RequestId defines model for RequestId.
-type RequestId = string
+// RequestID defines model for RequestId.
+type RequestID = string
 
-// WebhookEndpointIdPath A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
+// WebhookEndpointIDPath A webhook endpoint id, `we_` and 32 lowercase hexadecimal digits.
 //
 // Examples: we_7c1f0b6e2d9a4c55b0e3f4a1d2c3b4a5
-type WebhookEndpointIdPath = WebhookEndpointId
+type WebhookEndpointIDPath = WebhookEndpointID
 
 // BadPostRequest An RFC 9457 problem detail. Program against `status` and `code`; `title` and
 // `detail` are for people.
@@ -1325,18 +1330,18 @@ type CreateAccountParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // GetAccountParams defines parameters for GetAccount.
 type GetAccountParams struct {
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // CreateDepositParams defines parameters for CreateDeposit.
@@ -1367,36 +1372,36 @@ type CreateDepositParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // GetDepositParams defines parameters for GetDeposit.
 type GetDepositParams struct {
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // ListChargesParams defines parameters for ListCharges.
 type ListChargesParams struct {
-	// AccountId Only the charges of this account; an account your merchant does not have is a 404.
-	AccountId *AccountId `form:"account_id,omitempty" json:"account_id,omitempty"`
+	// AccountID Only the charges of this account; an account your merchant does not have is a 404.
+	AccountID *AccountID `form:"account_id,omitempty" json:"account_id,omitempty"`
 
 	// Limit How many objects a page holds at most, 1 to 100. Out of range is `400 invalid-request`.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// StartingAfter A cursor: the id of the last charge of the previous page. The page
 	// starts with the charge created just before it.
-	StartingAfter *ChargeId `form:"starting_after,omitempty" json:"starting_after,omitempty"`
+	StartingAfter *ChargeID `form:"starting_after,omitempty" json:"starting_after,omitempty"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // CreateChargeParams defines parameters for CreateCharge.
@@ -1427,18 +1432,18 @@ type CreateChargeParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // GetChargeParams defines parameters for GetCharge.
 type GetChargeParams struct {
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // CaptureChargeParams defines parameters for CaptureCharge.
@@ -1469,10 +1474,10 @@ type CaptureChargeParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // CreateRefundParams defines parameters for CreateRefund.
@@ -1503,18 +1508,18 @@ type CreateRefundParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // GetRefundParams defines parameters for GetRefund.
 type GetRefundParams struct {
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // VoidChargeParams defines parameters for VoidCharge.
@@ -1545,10 +1550,10 @@ type VoidChargeParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // ListEventsParams defines parameters for ListEvents.
@@ -1558,20 +1563,28 @@ type ListEventsParams struct {
 
 	// StartingAfter A cursor: the id of the last event of the previous page. The page starts
 	// with the event after it.
-	StartingAfter *EventId `form:"starting_after,omitempty" json:"starting_after,omitempty"`
+	StartingAfter *EventID `form:"starting_after,omitempty" json:"starting_after,omitempty"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// GetEventParams defines parameters for GetEvent.
+type GetEventParams struct {
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// response's `X-Request-Id` and written to the service's logs; if absent or
+	// invalid, the service generates one.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // ListWebhookEndpointsParams defines parameters for ListWebhookEndpoints.
 type ListWebhookEndpointsParams struct {
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
@@ -1602,26 +1615,26 @@ type CreateWebhookEndpointParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // DeleteWebhookEndpointParams defines parameters for DeleteWebhookEndpoint.
 type DeleteWebhookEndpointParams struct {
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // GetWebhookEndpointParams defines parameters for GetWebhookEndpoint.
 type GetWebhookEndpointParams struct {
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // UpdateWebhookEndpointParams defines parameters for UpdateWebhookEndpoint.
@@ -1652,10 +1665,10 @@ type UpdateWebhookEndpointParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // ListWebhookAttemptsParams defines parameters for ListWebhookAttempts.
@@ -1666,12 +1679,12 @@ type ListWebhookAttemptsParams struct {
 	// StartingAfter A cursor: the id of the last attempt of the previous page. The
 	// page starts with the attempt before it. An id that is not one of
 	// the endpoint's attempts is `400 invalid-request`.
-	StartingAfter *WebhookAttemptId `form:"starting_after,omitempty" json:"starting_after,omitempty"`
+	StartingAfter *WebhookAttemptID `form:"starting_after,omitempty" json:"starting_after,omitempty"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // ResendWebhookEventParams defines parameters for ResendWebhookEvent.
@@ -1702,10 +1715,10 @@ type ResendWebhookEventParams struct {
 	// starts with `"` can only be sent quoted.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XRequestId Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
+	// XRequestID Your id for this request, 1 to 128 visible ASCII characters. Echoed in the
 	// response's `X-Request-Id` and written to the service's logs; if absent or
 	// invalid, the service generates one.
-	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // ReceiveEventParams defines parameters for ReceiveEvent.
@@ -1715,9 +1728,9 @@ type ReceiveEventParams struct {
 	// timestamp, before trusting the body (in Go: `ParseWebhook`).
 	PaymentsSignature string `json:"Payments-Signature"`
 
-	// PaymentsEventId The body's `id`, for logs and routing. Not covered by the
+	// PaymentsEventID The body's `id`, for logs and routing. Not covered by the
 	// signature: deduplicate on the verified body's `id` instead.
-	PaymentsEventId EventId `json:"Payments-Event-Id"`
+	PaymentsEventID EventID `json:"Payments-Event-Id"`
 }
 
 // CreateAccountJSONRequestBody defines body for CreateAccount for application/json ContentType.

@@ -45,7 +45,7 @@ func (c *Client) WaitForCharge(ctx context.Context, res *Result[Charge]) (*Resul
 			return res, ctx.Err()
 		case <-t.C:
 		}
-		next, err := c.GetCharge(ctx, res.Data.Id)
+		next, err := c.GetCharge(ctx, res.Data.ID)
 		if err != nil {
 			return res, err
 		}

@@ -40,7 +40,7 @@ var (
 )
 
 // ParseWebhook verifies a delivery as VerifyWebhook does and decodes its body
-// into the Event it carries. The Event's Id, covered by the signature, is the
+// into the Event it carries. The Event's ID, covered by the signature, is the
 // same on every delivery of the event: deduplicate on it. Never deduplicate on
 // the WebhookEventIDHeader, which the signature does not cover: a captured
 // delivery replayed within the tolerance with another value there verifies,
@@ -58,7 +58,7 @@ func ParseWebhook(body []byte, header string, secret string, tolerance time.Dura
 	if err := json.Unmarshal(body, &e); err != nil {
 		return Event{}, fmt.Errorf("%w: %w", ErrWebhookPayload, err)
 	}
-	if e.Id == "" || e.Type == "" {
+	if e.ID == "" || e.Type == "" {
 		return Event{}, fmt.Errorf("%w: no id or no type", ErrWebhookPayload)
 	}
 	return e, nil

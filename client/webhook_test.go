@@ -132,7 +132,7 @@ func TestParseWebhook(t *testing.T) {
 	}
 	kind, _ := e.Data.Discriminator()
 	ch, err := e.Data.AsCharge()
-	if e.Id != "evt_0190c0d5a1b27c3e8f4d6a5b4c3d2e1f" || e.Type != client.EventTypeChargeSucceeded || e.Object != "event" ||
+	if e.ID != "evt_0190c0d5a1b27c3e8f4d6a5b4c3d2e1f" || e.Type != client.EventTypeChargeSucceeded || e.Object != "event" ||
 		kind != "charge" || err != nil || ch.Amount != 500 {
 		t.Errorf("parsed %+v (data %s, %+v, %v)", e, kind, ch, err)
 	}
@@ -152,7 +152,7 @@ func TestParseWebhook(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e, err := client.ParseWebhook([]byte(tc.body), tc.header, secret, 0)
-			if !errors.Is(err, tc.want) || e.Id != "" {
+			if !errors.Is(err, tc.want) || e.ID != "" {
 				t.Errorf("ParseWebhook = %+v, %v; want a zero Event and %v", e, err, tc.want)
 			}
 		})
@@ -181,8 +181,8 @@ func TestReplayWithAnotherEventIDHeader(t *testing.T) {
 			byHeader[eventIDHeader] = true
 			handledByHeader++
 		}
-		if !byEvent[e.Id] {
-			byEvent[e.Id] = true
+		if !byEvent[e.ID] {
+			byEvent[e.ID] = true
 			handledByEvent++
 		}
 	}

@@ -28,7 +28,7 @@ func TestHelpSucceeds(t *testing.T) {
 		{[]string{"migrate", "force", "-h"}, "usage: payments migrate force VERSION [flags]"},
 		{[]string{"merchants", "-h"}, "usage:"},
 		{[]string{"merchants", "create", "-h"}, "usage: payments merchants create --name NAME [flags]"},
-		{[]string{"merchants", "list", "-h"}, "usage: payments merchants list [flags]"},
+		{[]string{"merchants", "list", "-h"}, "usage: payments merchants list [--limit N] [--starting-after MERCHANT_ID] [flags]"},
 		{[]string{"api-keys", "--help"}, "usage:"},
 		{[]string{"api-keys", "list", "-h"}, "usage: payments api-keys list --merchant ID [flags]"},
 		{[]string{"api-keys", "revoke", "-h"}, "usage: payments api-keys revoke KEY_ID [flags]"},

@@ -6,7 +6,7 @@
 //	payments migrate up|down|version      manage the database schema
 //	payments migrate force VERSION        record VERSION after a failed migration was repaired by hand
 //	payments merchants create --name N    register a merchant, print its API key
-//	payments merchants list               list the merchants and their active API keys
+//	payments merchants list               list the merchants and their active API keys, a page at a time
 //	payments api-keys create|list|revoke  create, list and revoke merchants' API keys
 //	payments charges resolve CHARGE_ID    settle a card charge in review (audited)
 //	payments reconcile --since T          compare card charges with the processor's records (exit 2: mismatches)
@@ -43,7 +43,9 @@ const usage = `usage:
   payments migrate up|down|version         manage the database schema
   payments migrate force VERSION           record VERSION as applied after a failed migration was repaired by hand
   payments merchants create --name NAME    register a merchant and print its API key
-  payments merchants list                  list the merchants: ids, names, creation, active API keys
+  payments merchants list [--limit N] [--starting-after MERCHANT_ID]
+                                           list the merchants, oldest first, 100 a page by default: ids,
+                                           names, creation, active API keys
   payments api-keys create --merchant ID   give the merchant another API key (printed once)
   payments api-keys list --merchant ID     list the merchant's keys: ids, creation, last use, revocation
   payments api-keys revoke KEY_ID          revoke a key: every replica refuses it within 2 s

@@ -62,7 +62,7 @@ var commands = []command{
 	{name: "migrate version", rooms: []roomName{roomDatabase}},
 	// The operator commands open one connection with fixed bounds (openAdmin).
 	{name: "merchants create", operands: "--name NAME", rooms: []roomName{roomDatabase}},
-	{name: "merchants list", rooms: []roomName{roomDatabase}},
+	{name: "merchants list", operands: "[--limit N] [--starting-after MERCHANT_ID]", rooms: []roomName{roomDatabase}},
 	{name: "api-keys create", operands: "--merchant ID", rooms: []roomName{roomDatabase}},
 	{name: "api-keys list", operands: "--merchant ID", rooms: []roomName{roomDatabase}},
 	{name: "api-keys revoke", operands: "KEY_ID", rooms: []roomName{roomDatabase}},

@@ -248,7 +248,7 @@ func (c *client) mustAccount(t *testing.T, ctx context.Context, in paymentsclien
 	t.Helper()
 	return mustCreate(t, c, "POST /v1/accounts", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.Account], error) {
 		return api.CreateAccount(ctx, in, key)
-	}).Id
+	}).ID
 }
 
 // mustDeposit funds an account; see mustCreate.
@@ -256,15 +256,15 @@ func (c *client) mustDeposit(t *testing.T, ctx context.Context, account string, 
 	t.Helper()
 	return mustCreate(t, c, "POST /v1/accounts/"+account+"/deposits", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.Deposit], error) {
 		return api.Deposit(ctx, account, paymentsclient.NewDeposit{Amount: amount}, key)
-	}).Id
+	}).ID
 }
 
 // mustCharge charges a USD account; see mustCreate.
 func (c *client) mustCharge(t *testing.T, ctx context.Context, account string, amount int64) string {
 	t.Helper()
 	return mustCreate(t, c, "POST /v1/charges", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.Charge], error) {
-		return api.CreateCharge(ctx, paymentsclient.NewCharge{AccountId: account, Amount: amount, Currency: "USD"}, key)
-	}).Id
+		return api.CreateCharge(ctx, paymentsclient.NewCharge{AccountID: account, Amount: amount, Currency: "USD"}, key)
+	}).ID
 }
 
 // mustRefund refunds amount of a charge; see mustCreate.
@@ -272,7 +272,7 @@ func (c *client) mustRefund(t *testing.T, ctx context.Context, charge string, am
 	t.Helper()
 	return mustCreate(t, c, "POST /v1/charges/"+charge+"/refunds", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.Refund], error) {
 		return api.CreateRefund(ctx, charge, paymentsclient.NewRefund{Amount: &amount}, key)
-	}).Id
+	}).ID
 }
 
 // get makes one GET attempt and fails the test if no answer arrives.

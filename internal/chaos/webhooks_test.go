@@ -136,12 +136,12 @@ type hookEndpoint struct {
 func mustEndpoint(t *testing.T, ctx context.Context, c *client, m merchant, recv *hookReceiver, base, path string, events ...string) hookEndpoint {
 	t.Helper()
 	we := mustCreate(t, c, "POST /v1/webhook_endpoints", func(api *paymentsclient.Client, key paymentsclient.CallOption) (*paymentsclient.Result[paymentsclient.WebhookEndpoint], error) {
-		return api.CreateWebhookEndpoint(ctx, paymentsclient.NewWebhookEndpoint{Url: base + path, Events: events}, key)
+		return api.CreateWebhookEndpoint(ctx, paymentsclient.NewWebhookEndpoint{URL: base + path, Events: events}, key)
 	})
 	if we.Secret == nil {
 		t.Fatal("POST /v1/webhook_endpoints answered no secret")
 	}
-	return hookEndpoint{id: we.Id, secret: *we.Secret, merchantID: m.ID, events: events, path: path, recv: recv}
+	return hookEndpoint{id: we.ID, secret: *we.Secret, merchantID: m.ID, events: events, path: path, recv: recv}
 }
 
 // deliveriesInFlight is the Deliverer's bound on attempts in flight, in all

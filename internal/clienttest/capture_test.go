@@ -17,7 +17,7 @@ import (
 func (f *fixture) authorize(c *client.Client, accountID string, amount int64) client.Charge {
 	f.t.Helper()
 	capture := false
-	res, err := c.CreateCharge(context.Background(), client.NewCharge{AccountId: accountID, Amount: amount, Currency: "USD", Capture: &capture})
+	res, err := c.CreateCharge(context.Background(), client.NewCharge{AccountID: accountID, Amount: amount, Currency: "USD", Capture: &capture})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func (f *fixture) authorize(c *client.Client, accountID string, amount int64) cl
 	if ch.Status != client.ChargeStatusAuthorized || ch.Amount != amount || ch.AmountCaptured != 0 || ch.ExpiresAt == nil || !ch.ExpiresAt.After(ch.CreatedAt) {
 		f.t.Fatalf("authorization %+v, want authorized, %d held, nothing captured, an expires_at after created_at", ch, amount)
 	}
-	if res.Location != "/v1/charges/"+ch.Id {
+	if res.Location != "/v1/charges/"+ch.ID {
 		f.t.Errorf("Location %q", res.Location)
 	}
 	return ch
@@ -55,29 +55,29 @@ func TestAuthorizeCaptureThenVoidRefused(t *testing.T) {
 	c := f.client(f.url, client.WithRetryPolicy(fast))
 	acct := f.fundedAccount(10_000)
 
-	auth := f.authorize(c, acct.Id, 3_000)
-	if b, a := f.money(c, acct.Id); b != 10_000 || a != 7_000 {
+	auth := f.authorize(c, acct.ID, 3_000)
+	if b, a := f.money(c, acct.ID); b != 10_000 || a != 7_000 {
 		t.Errorf("after the authorization: balance %d, available %d; want 10000 and 7000", b, a)
 	}
 
 	amount := int64(2_500)
-	res, err := c.Capture(ctx, auth.Id, client.CaptureCharge{Amount: &amount})
+	res, err := c.Capture(ctx, auth.ID, client.CaptureCharge{Amount: &amount})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ch := res.Data
-	if ch.Id != auth.Id || ch.Status != client.ChargeStatusSucceeded || ch.Amount != 3_000 || ch.AmountCaptured != 2_500 ||
+	if ch.ID != auth.ID || ch.Status != client.ChargeStatusSucceeded || ch.Amount != 3_000 || ch.AmountCaptured != 2_500 ||
 		ch.ExpiresAt == nil || !ch.ExpiresAt.Equal(*auth.ExpiresAt) {
-		t.Errorf("captured %+v, want %s succeeded, amount 3000, 2500 captured, its expires_at kept", ch, auth.Id)
+		t.Errorf("captured %+v, want %s succeeded, amount 3000, 2500 captured, its expires_at kept", ch, auth.ID)
 	}
 	if res.Replayed || res.Location != "" {
 		t.Errorf("Replayed %v, Location %q; want a fresh 200 without Location", res.Replayed, res.Location)
 	}
-	if b, a := f.money(c, acct.Id); b != 7_500 || a != 7_500 {
+	if b, a := f.money(c, acct.ID); b != 7_500 || a != 7_500 {
 		t.Errorf("after the capture: balance %d, available %d; want 7500 and 7500 (the rest of the hold released)", b, a)
 	}
 
-	void, err := c.Void(ctx, auth.Id)
+	void, err := c.Void(ctx, auth.ID)
 	var p *client.Problem
 	if !errors.As(err, &p) || p.Status != http.StatusConflict || p.Code != client.CodeChargeNotVoidable ||
 		p.ChargeStatus != string(client.ChargeStatusSucceeded) {
@@ -86,10 +86,10 @@ func TestAuthorizeCaptureThenVoidRefused(t *testing.T) {
 	if errors.Is(err, client.ErrGaveUp) || void.Attempts != 1 {
 		t.Errorf("the refusal took %d attempts (%v); want 1: it is final", void.Attempts, err)
 	}
-	if b, a := f.money(c, acct.Id); b != 7_500 || a != 7_500 {
+	if b, a := f.money(c, acct.ID); b != 7_500 || a != 7_500 {
 		t.Errorf("after the refused void: balance %d, available %d; want 7500 and 7500", b, a)
 	}
-	got, err := c.GetCharge(ctx, auth.Id)
+	got, err := c.GetCharge(ctx, auth.ID)
 	if err != nil || got.Data.Status != client.ChargeStatusSucceeded || got.Data.AmountCaptured != 2_500 {
 		t.Errorf("GetCharge %+v, %v; want succeeded with 2500 captured", got, err)
 	}
@@ -106,12 +106,12 @@ func TestCaptureLostAnswerDebitsOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	acct := f.fundedAccount(10_000)
-	auth := f.authorize(f.client(f.url), acct.Id, 3_000)
+	auth := f.authorize(f.client(f.url), acct.ID, 3_000)
 
 	lost := &loseFirst{next: http.DefaultTransport}
 	c := f.client(f.url, client.WithHTTPClient(&http.Client{Transport: lost}), client.WithRetryPolicy(fast))
 	amount := int64(2_000)
-	res, err := c.Capture(ctx, auth.Id, client.CaptureCharge{Amount: &amount})
+	res, err := c.Capture(ctx, auth.ID, client.CaptureCharge{Amount: &amount})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,15 +131,15 @@ func TestCaptureLostAnswerDebitsOnce(t *testing.T) {
 	sameKeyAndBody(t, a, res.IdempotencyKey)
 
 	plain := f.client(f.url)
-	if b, av := f.money(plain, acct.Id); b != 8_000 || av != 8_000 {
+	if b, av := f.money(plain, acct.ID); b != 8_000 || av != 8_000 {
 		t.Errorf("balance %d, available %d; want 8000 and 8000: debited once, the rest of the hold released", b, av)
 	}
-	_, err = plain.Capture(ctx, auth.Id, client.CaptureCharge{})
+	_, err = plain.Capture(ctx, auth.ID, client.CaptureCharge{})
 	var p *client.Problem
 	if !errors.As(err, &p) || p.Code != client.CodeChargeNotCapturable || p.ChargeStatus != string(client.ChargeStatusSucceeded) {
 		t.Errorf("a second capture with a new key: %v, want charge-not-capturable with charge_status succeeded", err)
 	}
-	if b, _ := f.money(plain, acct.Id); b != 8_000 {
+	if b, _ := f.money(plain, acct.ID); b != 8_000 {
 		t.Errorf("balance %d after the refused second capture, want 8000", b)
 	}
 	if n := f.chargeRows(); n != 1 {
@@ -169,7 +169,7 @@ func (f *fixture) waitForEvents(c *client.Client, want map[client.EventType]int)
 			if !page.Data.HasMore {
 				break
 			}
-			after = &page.Data.Data[len(page.Data.Data)-1].Id
+			after = &page.Data.Data[len(page.Data.Data)-1].ID
 		}
 		done := true
 		for typ, n := range want {

@@ -37,7 +37,7 @@ func TestCardChargeThroughTheClient(t *testing.T) {
 
 	ok, err := c.CreateCharge(ctx, client.NewCharge{PaymentMethod: "pm_card_approve", Amount: 1200, Currency: "EUR"})
 	if err != nil || ok.StatusCode != http.StatusCreated || ok.Data.Status != client.ChargeStatusSucceeded ||
-		ok.Data.PaymentMethod != "pm_card_approve" || ok.Data.AccountId != "" {
+		ok.Data.PaymentMethod != "pm_card_approve" || ok.Data.AccountID != "" {
 		t.Fatalf("approve: %+v, %v; want 201 succeeded naming the card and no account", ok, err)
 	}
 
@@ -56,14 +56,14 @@ func TestCardChargeThroughTheClient(t *testing.T) {
 	defer cancel()
 	began := time.Now()
 	final, err := c.WaitForCharge(waitCtx, late)
-	if err != nil || final.Data.Status != client.ChargeStatusSucceeded || final.Data.Id != late.Data.Id {
+	if err != nil || final.Data.Status != client.ChargeStatusSucceeded || final.Data.ID != late.Data.ID {
 		t.Fatalf("WaitForCharge: %+v, %v; want the same charge succeeded", final, err)
 	}
 	if took := time.Since(began); took < late.RetryAfter {
 		t.Errorf("WaitForCharge read the charge after %v, before the Retry-After of %v", took, late.RetryAfter)
 	}
 	again, err := c.CreateCharge(ctx, client.NewCharge{PaymentMethod: "pm_card_approve_answer_late", Amount: 700, Currency: "EUR"}, key)
-	if err != nil || !again.Replayed || again.StatusCode != http.StatusCreated || again.Data.Id != late.Data.Id {
+	if err != nil || !again.Replayed || again.StatusCode != http.StatusCreated || again.Data.ID != late.Data.ID {
 		t.Fatalf("retry under the key: %+v, %v; want the 201 replayed for the same charge", again, err)
 	}
 

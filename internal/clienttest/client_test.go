@@ -24,7 +24,7 @@ func TestLostAnswerCompletesOnRetry(t *testing.T) {
 	lost := &loseFirst{next: http.DefaultTransport}
 	c := f.client(f.url, client.WithHTTPClient(&http.Client{Transport: lost}), client.WithRetryPolicy(fast))
 
-	res, err := c.CreateCharge(context.Background(), client.NewCharge{AccountId: acct.Id, Amount: 2_500, Currency: "USD"})
+	res, err := c.CreateCharge(context.Background(), client.NewCharge{AccountID: acct.ID, Amount: 2_500, Currency: "USD"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,13 +34,13 @@ func TestLostAnswerCompletesOnRetry(t *testing.T) {
 	if res.Data.Status != client.ChargeStatusSucceeded || res.Data.Amount != 2_500 {
 		t.Errorf("charge %+v", res.Data)
 	}
-	if res.Location != "/v1/charges/"+res.Data.Id {
+	if res.Location != "/v1/charges/"+res.Data.ID {
 		t.Errorf("Location %q", res.Location)
 	}
 	if n := f.chargeRows(); n != 1 {
 		t.Errorf("%d charge rows, want 1", n)
 	}
-	if b := testkit.Balance(context.Background(), t, f.db, f.merchantID, acct.Id); b != 7_500 {
+	if b := testkit.Balance(context.Background(), t, f.db, f.merchantID, acct.ID); b != 7_500 {
 		t.Errorf("balance %d, want 7500", b)
 	}
 	a := lost.all()
@@ -89,7 +89,7 @@ func TestRetriesWhatDidNotExecute(t *testing.T) {
 			p := f.proxy(faults...)
 			start := time.Now()
 			res, err := f.client(p.url, client.WithRetryPolicy(fast)).
-				CreateCharge(context.Background(), client.NewCharge{AccountId: acct.Id, Amount: 300, Currency: "USD"})
+				CreateCharge(context.Background(), client.NewCharge{AccountID: acct.ID, Amount: 300, Currency: "USD"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +119,7 @@ func TestRetriesWhatDidNotExecute(t *testing.T) {
 			if n := f.chargeRows(); n != 1 {
 				t.Errorf("%d charge rows, want 1", n)
 			}
-			if b := testkit.Balance(context.Background(), t, f.db, f.merchantID, acct.Id); b != 700 {
+			if b := testkit.Balance(context.Background(), t, f.db, f.merchantID, acct.ID); b != 700 {
 				t.Errorf("balance %d, want 700", b)
 			}
 		})
@@ -133,7 +133,7 @@ func TestAttemptCap(t *testing.T) {
 	acct := f.fundedAccount(1_000)
 	p := f.proxy(unavailable, unavailable, unavailable, unavailable, unavailable, unavailable)
 	res, err := f.client(p.url, client.WithRetryPolicy(fast)).
-		CreateCharge(context.Background(), client.NewCharge{AccountId: acct.Id, Amount: 300, Currency: "USD"})
+		CreateCharge(context.Background(), client.NewCharge{AccountID: acct.ID, Amount: 300, Currency: "USD"})
 	if !errors.Is(err, client.ErrGaveUp) {
 		t.Fatalf("err = %v, want ErrGaveUp", err)
 	}
@@ -161,7 +161,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 	slow.retryAfter = "1"
 	p := f.proxy(slow)
 	if _, err := f.client(p.url, client.WithRetryPolicy(fast)).
-		CreateCharge(context.Background(), client.NewCharge{AccountId: acct.Id, Amount: 300, Currency: "USD"}); err != nil {
+		CreateCharge(context.Background(), client.NewCharge{AccountID: acct.ID, Amount: 300, Currency: "USD"}); err != nil {
 		t.Fatal(err)
 	}
 	a := p.all()
@@ -185,10 +185,10 @@ func TestRefusalsAreNotRetried(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"402 insufficient funds", client.NewCharge{AccountId: acct.Id, Amount: 5_000, Currency: "USD"}, 402, client.CodeInsufficientFunds},
-		{"422 currency mismatch", client.NewCharge{AccountId: acct.Id, Amount: 100, Currency: "EUR"}, 422, client.CodeCurrencyMismatch},
-		{"404 account not found", client.NewCharge{AccountId: missing, Amount: 100, Currency: "USD"}, 404, client.CodeAccountNotFound},
-		{"400 invalid request", client.NewCharge{AccountId: acct.Id, Amount: 0, Currency: "USD"}, 400, client.CodeInvalidRequest},
+		{"402 insufficient funds", client.NewCharge{AccountID: acct.ID, Amount: 5_000, Currency: "USD"}, 402, client.CodeInsufficientFunds},
+		{"422 currency mismatch", client.NewCharge{AccountID: acct.ID, Amount: 100, Currency: "EUR"}, 422, client.CodeCurrencyMismatch},
+		{"404 account not found", client.NewCharge{AccountID: missing, Amount: 100, Currency: "USD"}, 404, client.CodeAccountNotFound},
+		{"400 invalid request", client.NewCharge{AccountID: acct.ID, Amount: 0, Currency: "USD"}, 400, client.CodeInvalidRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := f.proxy()
@@ -211,7 +211,7 @@ func TestRefusalsAreNotRetried(t *testing.T) {
 			}
 		})
 	}
-	if b := testkit.Balance(context.Background(), t, f.db, f.merchantID, acct.Id); b != 1_000 {
+	if b := testkit.Balance(context.Background(), t, f.db, f.merchantID, acct.ID); b != 1_000 {
 		t.Errorf("balance %d, want 1000 untouched", b)
 	}
 }
@@ -228,7 +228,7 @@ func TestDeadlineStopsRetrying(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := f.client(p.url, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 8, BaseDelay: 10 * time.Millisecond})).
-		CreateCharge(ctx, client.NewCharge{AccountId: acct.Id, Amount: 300, Currency: "USD"})
+		CreateCharge(ctx, client.NewCharge{AccountID: acct.ID, Amount: 300, Currency: "USD"})
 	elapsed := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrGaveUp) {
 		t.Fatalf("err = %v, want ErrGaveUp and context.DeadlineExceeded", err)
@@ -256,7 +256,7 @@ func TestDeadlineDuringAttempt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	res, err := f.client(p.url, client.WithRetryPolicy(fast)).
-		CreateCharge(ctx, client.NewCharge{AccountId: acct.Id, Amount: 300, Currency: "USD"})
+		CreateCharge(ctx, client.NewCharge{AccountID: acct.ID, Amount: 300, Currency: "USD"})
 	var re *client.RetryError
 	if !errors.As(err, &re) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want a *RetryError for the deadline", err)
@@ -277,27 +277,27 @@ func TestReadBack(t *testing.T) {
 	ctx := context.Background()
 	c := f.client(f.url)
 	acct := f.fundedAccount(0)
-	dep, err := c.Deposit(ctx, acct.Id, client.NewDeposit{Amount: 900})
+	dep, err := c.Deposit(ctx, acct.ID, client.NewDeposit{Amount: 900})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.GetDeposit(ctx, acct.Id, dep.Data.Id)
-	if err != nil || got.Data.Amount != 900 || dep.Location != "/v1/accounts/"+acct.Id+"/deposits/"+dep.Data.Id {
+	got, err := c.GetDeposit(ctx, acct.ID, dep.Data.ID)
+	if err != nil || got.Data.Amount != 900 || dep.Location != "/v1/accounts/"+acct.ID+"/deposits/"+dep.Data.ID {
 		t.Errorf("GetDeposit %+v, %v; Location %q", got, err, dep.Location)
 	}
-	ch, err := c.CreateCharge(ctx, client.NewCharge{AccountId: acct.Id, Amount: 900, Currency: "USD"})
+	ch, err := c.CreateCharge(ctx, client.NewCharge{AccountID: acct.ID, Amount: 900, Currency: "USD"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := c.CreateRefund(ctx, ch.Data.Id, client.NewRefund{})
+	ref, err := c.CreateRefund(ctx, ch.Data.ID, client.NewRefund{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.GetRefund(ctx, ch.Data.Id, ref.Data.Id)
+	r, err := c.GetRefund(ctx, ch.Data.ID, ref.Data.ID)
 	if err != nil || r.Data.Amount != 900 {
 		t.Errorf("GetRefund %+v, %v; want the whole 900 refunded", r, err)
 	}
-	a, err := c.GetAccount(ctx, acct.Id)
+	a, err := c.GetAccount(ctx, acct.ID)
 	if err != nil || a.Data.Balance != 900 {
 		t.Errorf("GetAccount %+v, %v; want balance 900", a, err)
 	}
@@ -315,7 +315,7 @@ func TestCallerKeyReplays(t *testing.T) {
 	acct := f.fundedAccount(1_000)
 	c := f.client(f.url)
 	key := "order-1042-charge"
-	in := client.NewCharge{AccountId: acct.Id, Amount: 400, Currency: "USD"}
+	in := client.NewCharge{AccountID: acct.ID, Amount: 400, Currency: "USD"}
 	first, err := c.CreateCharge(context.Background(), in, client.WithIdempotencyKey(key))
 	if err != nil {
 		t.Fatal(err)
@@ -324,14 +324,14 @@ func TestCallerKeyReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Replayed || !again.Replayed || again.Data.Id != first.Data.Id || again.IdempotencyKey != key {
+	if first.Replayed || !again.Replayed || again.Data.ID != first.Data.ID || again.IdempotencyKey != key {
 		t.Errorf("first %+v\nagain %+v\nwant the same charge, replayed the second time", first, again)
 	}
 	if n := f.chargeRows(); n != 1 {
 		t.Errorf("%d charge rows, want 1", n)
 	}
 	// The same key for another operation is refused, not retried.
-	_, err = c.CreateCharge(context.Background(), client.NewCharge{AccountId: acct.Id, Amount: 401, Currency: "USD"}, client.WithIdempotencyKey(key))
+	_, err = c.CreateCharge(context.Background(), client.NewCharge{AccountID: acct.ID, Amount: 401, Currency: "USD"}, client.WithIdempotencyKey(key))
 	var prob *client.Problem
 	if !errors.As(err, &prob) || prob.Code != client.CodeKeyReused {
 		t.Errorf("err = %v, want idempotency-key-reused", err)
@@ -346,18 +346,18 @@ func TestRefundListAndEvents(t *testing.T) {
 	c := f.client(f.url)
 	var ids []string
 	for i := range 5 {
-		res, err := c.CreateCharge(ctx, client.NewCharge{AccountId: acct.Id, Amount: int64(100 * (i + 1)), Currency: "USD"})
+		res, err := c.CreateCharge(ctx, client.NewCharge{AccountID: acct.ID, Amount: int64(100 * (i + 1)), Currency: "USD"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, res.Data.Id)
+		ids = append(ids, res.Data.ID)
 	}
 	amount := int64(150)
 	ref, err := c.CreateRefund(ctx, ids[2], client.NewRefund{Amount: &amount})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ref.Data.ChargeId != ids[2] || ref.Data.Amount != 150 {
+	if ref.Data.ChargeID != ids[2] || ref.Data.Amount != 150 {
 		t.Errorf("refund %+v", ref.Data)
 	}
 	ch, err := c.GetCharge(ctx, ids[2])
@@ -370,17 +370,17 @@ func TestRefundListAndEvents(t *testing.T) {
 		t.Errorf("over-refund: %v, want refund-exceeds-charge", err)
 	}
 	// 10000 − (100+200+300+400+500) + 150
-	if b := testkit.Balance(ctx, t, f.db, f.merchantID, acct.Id); b != 8_650 {
+	if b := testkit.Balance(ctx, t, f.db, f.merchantID, acct.ID); b != 8_650 {
 		t.Errorf("balance %d, want 8650", b)
 	}
 
 	limit := 2
 	var listed []string
-	for ch, err := range c.Charges(ctx, client.ListChargesParams{AccountId: &acct.Id, Limit: &limit}) {
+	for ch, err := range c.Charges(ctx, client.ListChargesParams{AccountID: &acct.ID, Limit: &limit}) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		listed = append(listed, ch.Id)
+		listed = append(listed, ch.ID)
 	}
 	want := []string{ids[4], ids[3], ids[2], ids[1], ids[0]}
 	if len(listed) != len(want) {
@@ -410,14 +410,14 @@ func TestRefundListAndEvents(t *testing.T) {
 				}
 				// The generated union decodes the event's object.
 				ch, err := e.Data.AsCharge()
-				if d, derr := e.Data.Discriminator(); err != nil || derr != nil || d != "charge" || ch.AccountId != acct.Id {
-					t.Fatalf("event %s: data %+v (%v), discriminator %q (%v)", e.Id, ch, err, d, derr)
+				if d, derr := e.Data.Discriminator(); err != nil || derr != nil || d != "charge" || ch.AccountID != acct.ID {
+					t.Fatalf("event %s: data %+v (%v), discriminator %q (%v)", e.ID, ch, err, d, derr)
 				}
 			}
 			if !page.Data.HasMore {
 				break
 			}
-			after = &page.Data.Data[len(page.Data.Data)-1].Id
+			after = &page.Data.Data[len(page.Data.Data)-1].ID
 		}
 		if types[client.EventTypeAccountCreated] == 1 && types[client.EventTypeDepositCreated] == 1 &&
 			types[client.EventTypeChargeSucceeded] == 5 && types[client.EventTypeRefundCreated] == 1 {

@@ -63,7 +63,7 @@ func (f *fixture) fundedAccount(amount int64) client.Account {
 		f.t.Fatal(err)
 	}
 	if amount > 0 {
-		if _, err := c.Deposit(ctx, acct.Data.Id, client.NewDeposit{Amount: amount}); err != nil {
+		if _, err := c.Deposit(ctx, acct.Data.ID, client.NewDeposit{Amount: amount}); err != nil {
 			f.t.Fatal(err)
 		}
 	}

@@ -20,16 +20,16 @@ func TestWebhookEndpoints(t *testing.T) {
 	ctx := context.Background()
 	lost := &loseFirst{next: http.DefaultTransport}
 	c := f.client(f.url, client.WithHTTPClient(&http.Client{Transport: lost}), client.WithRetryPolicy(fast))
-	in := client.NewWebhookEndpoint{Url: "https://93.184.215.14/hooks", Events: []string{"charge.succeeded", "charge.failed"}}
+	in := client.NewWebhookEndpoint{URL: "https://93.184.215.14/hooks", Events: []string{"charge.succeeded", "charge.failed"}}
 	created, err := c.CreateWebhookEndpoint(ctx, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := created.Data
-	if !created.Replayed || created.Attempts != 2 || created.Location != "/v1/webhook_endpoints/"+e.Id {
+	if !created.Replayed || created.Attempts != 2 || created.Location != "/v1/webhook_endpoints/"+e.ID {
 		t.Errorf("Replayed %v, Attempts %d, Location %q; want a replay on the 2nd attempt", created.Replayed, created.Attempts, created.Location)
 	}
-	if e.Secret == nil || len(*e.Secret) != len("whsec_")+43 || e.Status != client.WebhookEndpointStatusEnabled || e.Url != in.Url {
+	if e.Secret == nil || len(*e.Secret) != len("whsec_")+43 || e.Status != client.WebhookEndpointStatusEnabled || e.URL != in.URL {
 		t.Errorf("created %+v", e)
 	}
 	if a := lost.all(); len(a) != 2 || a[0].key != a[1].key || a[0].key != created.IdempotencyKey {
@@ -45,29 +45,29 @@ func TestWebhookEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Data.Data) != 1 || list.Data.HasMore || list.Data.Data[0].Id != e.Id || list.Data.Data[0].Secret != nil {
+	if len(list.Data.Data) != 1 || list.Data.HasMore || list.Data.Data[0].ID != e.ID || list.Data.Data[0].Secret != nil {
 		t.Errorf("list %+v, want the endpoint without its secret", list.Data)
 	}
-	got, err := c.GetWebhookEndpoint(ctx, e.Id)
+	got, err := c.GetWebhookEndpoint(ctx, e.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Data.Id != e.Id || got.Data.Secret != nil || len(got.Data.Events) != 2 {
+	if got.Data.ID != e.ID || got.Data.Secret != nil || len(got.Data.Events) != 2 {
 		t.Errorf("get %+v, want the endpoint without its secret", got.Data)
 	}
 
-	deleted, err := c.DeleteWebhookEndpoint(ctx, e.Id)
+	deleted, err := c.DeleteWebhookEndpoint(ctx, e.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if deleted.Data.Id != e.Id || !deleted.Data.Deleted || deleted.Data.Object != client.DeletedWebhookEndpointObjectWebhookEndpoint {
+	if deleted.Data.ID != e.ID || !deleted.Data.Deleted || deleted.Data.Object != client.DeletedWebhookEndpointObjectWebhookEndpoint {
 		t.Errorf("delete %+v", deleted.Data)
 	}
 	var prob *client.Problem
-	if _, err := c.DeleteWebhookEndpoint(ctx, e.Id); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
+	if _, err := c.DeleteWebhookEndpoint(ctx, e.ID); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
 		t.Errorf("second delete: %v, want a not-found problem", err)
 	}
-	if _, err := c.GetWebhookEndpoint(ctx, e.Id); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
+	if _, err := c.GetWebhookEndpoint(ctx, e.ID); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
 		t.Errorf("get after delete: %v, want a not-found problem", err)
 	}
 }
@@ -76,7 +76,7 @@ func TestWebhookEndpoints(t *testing.T) {
 func TestWebhookEndpointRefused(t *testing.T) {
 	f := setup(t)
 	c := f.client(f.url, client.WithRetryPolicy(fast))
-	res, err := c.CreateWebhookEndpoint(context.Background(), client.NewWebhookEndpoint{Url: "https://localhost/hooks", Events: []string{"*"}})
+	res, err := c.CreateWebhookEndpoint(context.Background(), client.NewWebhookEndpoint{URL: "https://localhost/hooks", Events: []string{"*"}})
 	var prob *client.Problem
 	if !errors.As(err, &prob) || prob.Code != client.CodeInvalidRequest || prob.Field != "url" || res.Attempts != 1 {
 		t.Fatalf("%v (attempts %d), want one invalid-request on url", err, res.Attempts)
@@ -90,7 +90,7 @@ func TestWebhookAttemptsAndResend(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	c := f.client(f.url)
-	e, err := c.CreateWebhookEndpoint(ctx, client.NewWebhookEndpoint{Url: "https://93.184.215.14/hooks", Events: []string{"*"}})
+	e, err := c.CreateWebhookEndpoint(ctx, client.NewWebhookEndpoint{URL: "https://93.184.215.14/hooks", Events: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestWebhookAttemptsAndResend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	event := events.Data.Data[0].Id
+	event := events.Data.Data[0].ID
 	// Three recorded attempts, a second apart: 500, an error, 200.
 	if _, err := f.db.Exec(ctx, `
 INSERT INTO webhook_attempts (merchant_id, endpoint_id, id, event_id, attempted_at, status, error, latency_ms)
@@ -111,7 +111,7 @@ WHERE w.merchant_id = $1 AND ev.merchant_id = $1 AND ev.type = 'account.created'
 		t.Fatal(err)
 	}
 	var got []string
-	for a, err := range c.WebhookAttempts(ctx, e.Data.Id, client.ListWebhookAttemptsParams{Limit: &[]int{2}[0]}) {
+	for a, err := range c.WebhookAttempts(ctx, e.Data.ID, client.ListWebhookAttemptsParams{Limit: &[]int{2}[0]}) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,16 +126,16 @@ WHERE w.merchant_id = $1 AND ev.merchant_id = $1 AND ev.type = 'account.created'
 		t.Errorf("attempts %v, want %v", got, want)
 	}
 
-	res, err := c.ResendWebhookEvent(ctx, e.Data.Id, event)
+	res, err := c.ResendWebhookEvent(ctx, e.Data.ID, event)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := res.Data; d.State != client.WebhookDeliveryStatePending || d.EventId != event || d.EndpointId != e.Data.Id ||
+	if d := res.Data; d.State != client.WebhookDeliveryStatePending || d.EventID != event || d.EndpointID != e.Data.ID ||
 		d.Object != client.WebhookDeliveryObjectWebhookDelivery {
 		t.Errorf("resend %+v", d)
 	}
 	var prob *client.Problem
-	if _, err := c.ResendWebhookEvent(ctx, e.Data.Id, "evt_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b"); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
+	if _, err := c.ResendWebhookEvent(ctx, e.Data.ID, "evt_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b"); !errors.As(err, &prob) || prob.Code != client.CodeNotFound {
 		t.Errorf("resend of an unknown event: %v, want a not-found problem", err)
 	}
 }
@@ -148,11 +148,11 @@ func TestUpdateWebhookEndpoint(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	c := f.client(f.url)
-	e, err := c.CreateWebhookEndpoint(ctx, client.NewWebhookEndpoint{Url: "https://93.184.215.14/hooks", Events: []string{"*"}})
+	e, err := c.CreateWebhookEndpoint(ctx, client.NewWebhookEndpoint{URL: "https://93.184.215.14/hooks", Events: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := e.Data.Id
+	id := e.Data.ID
 	status := func() string {
 		t.Helper()
 		var s string
@@ -184,7 +184,7 @@ func TestUpdateWebhookEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := events.Data.Data[len(events.Data.Data)-1].Id
+	last := events.Data.Data[len(events.Data.Data)-1].ID
 	enabled, err := c.UpdateWebhookEndpoint(ctx, id, client.UpdateWebhookEndpoint{Enabled: &[]bool{true}[0]})
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestUpdateWebhookEndpoint(t *testing.T) {
 	}
 
 	var prob *client.Problem
-	res, err := f.client(f.url, client.WithRetryPolicy(fast)).UpdateWebhookEndpoint(ctx, id, client.UpdateWebhookEndpoint{Url: &[]string{"https://localhost/hooks"}[0]})
+	res, err := f.client(f.url, client.WithRetryPolicy(fast)).UpdateWebhookEndpoint(ctx, id, client.UpdateWebhookEndpoint{URL: &[]string{"https://localhost/hooks"}[0]})
 	if !errors.As(err, &prob) || prob.Code != client.CodeInvalidRequest || prob.Field != "url" || res.Attempts != 1 {
 		t.Errorf("%v (attempts %d), want one invalid-request on url", err, res.Attempts)
 	}

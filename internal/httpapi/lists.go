@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/exactlyonce/payments/internal/payment"
@@ -69,4 +70,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := s.backend.Events(r.Context(), merchantFrom(r.Context()), payment.EventQuery{Limit: q.limit, StartingAfter: q.startingAfter})
 	s.answer(w, r, err, page)
+}
+
+// getEvent answers one event as the feed lists it: the same object, and 404
+// for an event the feed does not list (yet), as for another merchant's.
+func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
+	id := pathID(r, "id", payment.PrefixEvent)
+	e, err := s.backend.Event(r.Context(), merchantFrom(r.Context()), id)
+	s.answer(w, r, nameMissing(err, "event", chi.URLParam(r, "id")), e)
 }

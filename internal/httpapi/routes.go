@@ -40,6 +40,7 @@ var v1Routes = []route{
 	{http.MethodPost, "/charges/{id}/refunds", nil, (*Server).createRefund},
 	{http.MethodGet, "/charges/{id}/refunds/{refundID}", nil, (*Server).getRefund},
 	{http.MethodGet, "/events", listParams, (*Server).listEvents},
+	{http.MethodGet, "/events/{id}", nil, (*Server).getEvent},
 	{http.MethodPost, "/webhook_endpoints", nil, (*Server).createWebhookEndpoint},
 	{http.MethodGet, "/webhook_endpoints", nil, (*Server).listWebhookEndpoints},
 	{http.MethodGet, "/webhook_endpoints/{id}", nil, (*Server).getWebhookEndpoint},

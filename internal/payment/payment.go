@@ -249,4 +249,9 @@ type Reader interface {
 	// so a reader paging with StartingAfter never skips one. A StartingAfter
 	// that names no event of the merchant is a *ValidationError.
 	Events(ctx context.Context, merchantID uuid.UUID, q EventQuery) (Page[Event], error)
+
+	// Event returns one event as Events lists it, or ErrNotFound while
+	// Events would not list it: not the merchant's, not yet listed (a
+	// transaction older than its own still runs), or pruned.
+	Event(ctx context.Context, merchantID, id uuid.UUID) (Event, error)
 }

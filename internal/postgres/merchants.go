@@ -143,22 +143,50 @@ type Merchant struct {
 	ActiveAPIKeys int
 }
 
-// listMerchants counts a merchant's keys that are not revoked; count(k.hash)
-// leaves out the row the outer join makes for a merchant without keys.
-const listMerchants = `SELECT m.id, m.name, m.created_at, count(k.hash) FILTER (WHERE k.revoked_at IS NULL)
-FROM merchants m LEFT JOIN api_keys k ON k.merchant_id = m.id
-GROUP BY m.id
-ORDER BY m.created_at, m.id`
+// MerchantQuery selects a page of merchants, oldest first.
+type MerchantQuery struct {
+	Limit         int        // at most this many merchants
+	StartingAfter *uuid.UUID // the page starts after this merchant; nil: from the oldest
+}
 
-// ListMerchants returns every merchant, oldest first. Merchants are a small
-// lookup table, so there is no paging.
-func (s *Merchants) ListMerchants(ctx context.Context) (merchants []Merchant, err error) {
-	err = s.read(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, listMerchants)
+const (
+	merchantCreatedSQL = `SELECT created_at FROM merchants WHERE id = $1`
+
+	// listMerchantsSQL reads a page of merchants in (created_at, id) order,
+	// after the cursor's ($1, $2; from the first when $1 is null), and counts
+	// the keys that are not revoked of the page's merchants only.
+	listMerchantsSQL = `
+SELECT m.id, m.name, m.created_at,
+       (SELECT count(*) FROM api_keys k WHERE k.merchant_id = m.id AND k.revoked_at IS NULL)
+FROM merchants m
+WHERE $1::timestamptz IS NULL OR (m.created_at, m.id) > ($1::timestamptz, $2::uuid)
+ORDER BY m.created_at, m.id
+LIMIT $3`
+)
+
+// ListMerchants returns a page of merchants, oldest first, those created at
+// the same moment in id order: one order, so that paging with StartingAfter
+// repeats none and skips none that existed when the first page was read. It
+// returns ErrUnknownMerchant when StartingAfter names no merchant.
+func (s *Merchants) ListMerchants(ctx context.Context, q MerchantQuery) (p payment.Page[Merchant], err error) {
+	err = s.read(ctx, func(db querier) error {
+		var after *time.Time
+		cursor := uuid.Nil
+		if q.StartingAfter != nil {
+			cursor, after = *q.StartingAfter, new(time.Time)
+			err := db.QueryRow(ctx, merchantCreatedSQL, cursor).Scan(after)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w %s", ErrUnknownMerchant, cursor)
+			}
+			if err != nil {
+				return asUnavailable(fmt.Errorf("look up merchant: %w", err))
+			}
+		}
+		rows, err := db.Query(ctx, listMerchantsSQL, after, cursor, q.Limit+1)
 		if err != nil {
 			return asUnavailable(fmt.Errorf("list merchants: %w", err))
 		}
-		merchants, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Merchant, error) {
+		merchants, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Merchant, error) {
 			var m Merchant
 			err := row.Scan(&m.ID, &m.Name, &m.CreatedAt, &m.ActiveAPIKeys)
 			return m, err
@@ -166,9 +194,10 @@ func (s *Merchants) ListMerchants(ctx context.Context) (merchants []Merchant, er
 		if err != nil {
 			return asUnavailable(fmt.Errorf("list merchants: %w", err))
 		}
+		p = page(merchants, q.Limit)
 		return nil
 	})
-	return merchants, err
+	return p, err
 }
 
 // RevokeAPIKey revokes the key with the public id keyID: every replica refuses

@@ -249,7 +249,8 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 func TestListMerchants(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, pgtest.NewDatabase(t))
-	if got, err := s.ListMerchants(ctx); err != nil || len(got) != 0 {
+	all := MerchantQuery{Limit: 100}
+	if got, err := s.ListMerchants(ctx, all); err != nil || len(got.Items) != 0 || got.HasMore {
 		t.Fatalf("ListMerchants on no merchants = %+v, %v; want none", got, err)
 	}
 	acme, acmeKey, err := s.RegisterMerchant(ctx, "Acme")
@@ -283,10 +284,11 @@ func TestListMerchants(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := s.ListMerchants(ctx)
-	if err != nil {
-		t.Fatal(err)
+	p, err := s.ListMerchants(ctx, all)
+	if err != nil || p.HasMore {
+		t.Fatal(p, err)
 	}
+	got := p.Items
 	want := []struct {
 		id     uuid.UUID
 		name   string

@@ -150,6 +150,14 @@ WHERE merchant_id = $1
   AND (tx_id, seq) > ($2::xid8, $3::bigint)
 ORDER BY tx_id, seq
 LIMIT $4`
+
+	// An event is read as the feed lists it: only below the event horizon
+	// ($3), read by the statement before this one, so that it is never
+	// shown before the feed would show it, nor behind a cursor.
+	eventByIDSQL = `
+SELECT id, type, payload, created_at
+FROM events
+WHERE merchant_id = $1 AND id = $2 AND tx_id < $3::xid8`
 )
 
 // Charges returns a page of the merchant's charges, newest first, or
@@ -243,6 +251,21 @@ func events(ctx context.Context, db querier, merchantID uuid.UUID, q payment.Eve
 		return payment.Page[payment.Event]{}, asUnavailable(fmt.Errorf("select events: %w", err))
 	}
 	return page(events, q.Limit), nil
+}
+
+// Event returns the merchant's event as Events lists it, or
+// payment.ErrNotFound when Events would not list it: another merchant's, one
+// held back by the event horizon, or one pruned. Like Events, it shows no
+// event that a failover could still lose (confirmed.go).
+func (s *Reader) Event(ctx context.Context, merchantID, id uuid.UUID) (e payment.Event, err error) {
+	err = s.read(ctx, func(db querier) error {
+		h, err := eventHorizon(ctx, db)
+		if err != nil {
+			return err
+		}
+		return readErr("event", db.QueryRow(ctx, eventByIDSQL, merchantID, id, h.xid).Scan(&e.ID, &e.Type, &e.Data, &e.CreatedAt))
+	})
+	return e, err
 }
 
 // page cuts the limit+1 rows a list query fetched to limit, noting whether

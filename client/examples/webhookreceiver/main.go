@@ -19,11 +19,11 @@ import (
 // transaction), so that a restart forgets none.
 type handled struct {
 	mu  sync.Mutex
-	ids map[client.EventId]bool
+	ids map[client.EventID]bool
 }
 
 // first reports whether id is new, and records it.
-func (h *handled) first(id client.EventId) bool {
+func (h *handled) first(id client.EventID) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ids[id] {
@@ -39,7 +39,7 @@ func main() {
 	if addr == "" {
 		addr = "127.0.0.1:8000"
 	}
-	seen := &handled{ids: map[client.EventId]bool{}}
+	seen := &handled{ids: map[client.EventID]bool{}}
 	http.HandleFunc("POST /hooks/payments", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err != nil {
@@ -53,14 +53,14 @@ func main() {
 			http.Error(w, "bad delivery", http.StatusBadRequest)
 			return
 		}
-		// At least once: deduplicate on the signed event.Id, never on the
+		// At least once: deduplicate on the signed event.ID, never on the
 		// Payments-Event-Id header, which the signature does not cover.
-		if !seen.first(event.Id) {
-			log.Printf("duplicate %s %s", event.Type, event.Id)
+		if !seen.first(event.ID) {
+			log.Printf("duplicate %s %s", event.Type, event.ID)
 			w.WriteHeader(http.StatusNoContent) // acknowledged, so it is not sent again
 			return
 		}
-		log.Printf("verified %s %s", event.Type, event.Id)
+		log.Printf("verified %s %s", event.Type, event.ID)
 		w.WriteHeader(http.StatusNoContent)
 	})
 	// Bounds on a slow or silent sender, so it cannot hold a connection.

@@ -104,10 +104,10 @@ func (c *client) createAccount(ctx context.Context, key string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	if res.Data.Id == "" {
+	if res.Data.ID == "" {
 		return "", fmt.Errorf("POST /v1/accounts: no account id in the answer")
 	}
-	return res.Data.Id, nil
+	return res.Data.ID, nil
 }
 
 // deposit funds account with amount, retried as createAccount is.
