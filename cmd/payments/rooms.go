@@ -230,7 +230,8 @@ func (c *config) operatorRooms() []room {
 // in every such command, not only keys' (storeOptions, openCharging).
 func (c *config) poolRoom() room {
 	return room{roomPool, "Connections and waits", "The connection pool of each command that has one, and how long its work waits for a connection, a lock or the standby.", []setting{
-		{"DB_MAX_CONNS", "db-max-conns", "20", "most PostgreSQL connections in the pool (a value above `10000` counts as `10000`)",
+		{"DB_MAX_CONNS", "db-max-conns", "20", "most PostgreSQL connections in the pool (a value above `10000` counts as `10000`); " +
+			"reads (`GET`) hold at most half of them at once, so they never take the connections writes need",
 			parser{"int", func(v string) error {
 				var n int
 				if err := positiveInt(&n).set(v); err != nil {

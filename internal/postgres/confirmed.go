@@ -123,18 +123,18 @@ func (s *snapshot) covers(r *snapshot) bool {
 // wait: it too may rest on a commit the standby lacks (a deleted endpoint's
 // 404).
 func (s *db) read(ctx context.Context, fn func(q querier) error) error {
-	conn, err := s.acquire(ctx)
+	conn, release, err := s.acquireRead(ctx)
 	if err != nil {
 		return err
 	}
 	answer := fn(conn)
 	if answer != nil && !isAnswer(answer) {
-		conn.Release()
+		release()
 		return answer
 	}
 	var seen string
 	err = conn.QueryRow(ctx, snapshotSQL).Scan(&seen)
-	conn.Release()
+	release()
 	if err != nil {
 		return asUnavailable(fmt.Errorf("take a snapshot after a read: %w", err))
 	}
@@ -144,7 +144,7 @@ func (s *db) read(ctx context.Context, fn func(q querier) error) error {
 // readRow is read for a read of one statement, whose row scan reads: the
 // statement and the snapshot after it go in one round trip.
 func (s *db) readRow(ctx context.Context, scan func(pgx.Row) error, sql string, args ...any) error {
-	conn, err := s.acquire(ctx)
+	conn, release, err := s.acquireRead(ctx)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func (s *db) readRow(ctx context.Context, scan func(pgx.Row) error, sql string, 
 	var seen string
 	err = br.QueryRow().Scan(&seen)
 	err = errors.Join(err, br.Close())
-	conn.Release()
+	release()
 	if answer != nil && !isAnswer(answer) {
 		return answer
 	}

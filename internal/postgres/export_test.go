@@ -55,3 +55,19 @@ func (s *DB) Pipelined(ctx context.Context, stmts ...string) error {
 		return nil
 	})
 }
+
+// TakeReadSlots takes n of the read slots (acquireRead) as n reads holding
+// their connections would, until release.
+func (d *DB) TakeReadSlots(n int) (release func()) {
+	for range n {
+		d.readSlots <- struct{}{}
+	}
+	return func() {
+		for range n {
+			<-d.readSlots
+		}
+	}
+}
+
+// ReadSlots is how many reads may hold a pooled connection at once.
+func (d *DB) ReadSlots() int { return cap(d.readSlots) }

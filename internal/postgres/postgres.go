@@ -138,6 +138,10 @@ type db struct {
 	watchers   atomic.Pointer[[]chan struct{}]
 	watchersMu sync.Mutex
 
+	// readSlots bounds the reads holding a pooled connection at once to
+	// half the pool (acquireRead).
+	readSlots chan struct{}
+
 	// confirmed runs the rounds that confirm what reads show (confirmed.go,
 	// rounds.go).
 	confirmed confirmer
@@ -218,6 +222,7 @@ func Connect(ctx context.Context, databaseURL string, opts Options) (*DB, error)
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	d := &db{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
+		readSlots: make(chan struct{}, max(1, opts.MaxConns/2)),
 		keyUses: keyUses{wake: make(chan struct{}, 1)}, keyUsesDone: make(chan struct{}),
 		confirmed: confirmer{txSQL: confirmTxSQL, ended: make(chan struct{}, 1), asked: make(chan struct{}, 1), done: make(chan struct{})}}
 	var background context.Context
@@ -386,6 +391,31 @@ func (s *db) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 
 // acquire takes a pooled connection, waiting at most AcquireWait for one: a
 // pool that stays exhausted is payment.ErrUnavailable, not an unbounded queue.
+// acquireRead is acquire for a read (read, readRow), which also takes one
+// of the pool's read slots, half its connections, first: reads, however
+// many merchants make them, never hold the connections that charges,
+// captures and refunds need (one pool, two kinds). The wait for a slot is
+// bounded by AcquireWait, as the wait for the connection is. release gives
+// both back.
+func (s *db) acquireRead(ctx context.Context) (conn *pgxpool.Conn, release func(), err error) {
+	wait, cancel := context.WithTimeout(ctx, s.opts.AcquireWait)
+	defer cancel()
+	select {
+	case s.readSlots <- struct{}{}:
+	case <-wait.Done():
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, fmt.Errorf("acquire a connection for a read: %w: the %d connections reads may hold are busy",
+			payment.ErrUnavailable, cap(s.readSlots))
+	}
+	if conn, err = s.acquire(ctx); err != nil {
+		<-s.readSlots
+		return nil, nil, err
+	}
+	return conn, func() { conn.Release(); <-s.readSlots }, nil
+}
+
 func (s *db) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	acquireCtx, cancel := context.WithTimeout(ctx, s.opts.AcquireWait)
 	defer cancel()
