@@ -223,7 +223,7 @@ func Connect(ctx context.Context, databaseURL string, opts Options) (*DB, error)
 	}
 	d := &db{pool: pool, opts: opts, notify: make(chan struct{}, 1), notifierDone: make(chan struct{}),
 		readSlots: make(chan struct{}, max(1, opts.MaxConns/2)),
-		keyUses: keyUses{wake: make(chan struct{}, 1)}, keyUsesDone: make(chan struct{}),
+		keyUses:   keyUses{wake: make(chan struct{}, 1)}, keyUsesDone: make(chan struct{}),
 		confirmed: confirmer{txSQL: confirmTxSQL, ended: make(chan struct{}, 1), asked: make(chan struct{}, 1), done: make(chan struct{})}}
 	var background context.Context
 	background, d.stopNotifier = context.WithCancel(context.Background())
