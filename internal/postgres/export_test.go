@@ -58,16 +58,16 @@ func (s *DB) Pipelined(ctx context.Context, stmts ...string) error {
 
 // TakeReadSlots takes n of the read slots (acquireRead) as n reads holding
 // their connections would, until release.
-func (d *DB) TakeReadSlots(n int) (release func()) {
+func (s *DB) TakeReadSlots(n int) (release func()) {
 	for range n {
-		d.readSlots <- struct{}{}
+		s.readSlots <- struct{}{}
 	}
 	return func() {
 		for range n {
-			<-d.readSlots
+			<-s.readSlots
 		}
 	}
 }
 
 // ReadSlots is how many reads may hold a pooled connection at once.
-func (d *DB) ReadSlots() int { return cap(d.readSlots) }
+func (s *DB) ReadSlots() int { return cap(s.readSlots) }

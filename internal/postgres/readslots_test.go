@@ -34,7 +34,7 @@ func TestReadsLeaveHalfThePoolToWrites(t *testing.T) {
 	}
 	release := s.TakeReadSlots(2)
 	began := time.Now()
-	_, err = s.Reader.Account(ctx, merchant, uuid.New())
+	_, err = s.Account(ctx, merchant, uuid.New())
 	took := time.Since(began)
 	if !errors.Is(err, payment.ErrUnavailable) || took < wait {
 		t.Fatalf("a read with every read slot taken: %v after %s, want unavailable after %s", err, took, wait)
@@ -55,7 +55,7 @@ func TestReadsLeaveHalfThePoolToWrites(t *testing.T) {
 		t.Errorf("a write with every read slot taken: %v", err)
 	}
 	release()
-	if _, err := s.Reader.Account(ctx, merchant, uuid.New()); !errors.Is(err, payment.ErrNotFound) {
+	if _, err := s.Account(ctx, merchant, uuid.New()); !errors.Is(err, payment.ErrNotFound) {
 		t.Errorf("a read once the slots are free: %v, want not found", err)
 	}
 }
