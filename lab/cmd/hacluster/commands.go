@@ -128,9 +128,13 @@ func (c *cluster) startMember(s spec) error {
 	if err := requireFree(s.apiPort, "Patroni REST API of "+s.name); err != nil {
 		return err
 	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find hacluster to run Patroni under: %w", err)
+	}
 	logPath := c.path("log", s.name+"-patroni.log")
 	c.say("starting %s: PostgreSQL 127.0.0.1:%d, Patroni 127.0.0.1:%d (log: %s)", s.name, s.pgPort, s.apiPort, logPath)
-	_, err := c.startBackground(s.name, logPath, "patroni", c.path(s.name+".yml"))
+	_, err = c.startBackground(s.name, logPath, exe, "reap", "patroni", c.path(s.name+".yml"))
 	return err
 }
 

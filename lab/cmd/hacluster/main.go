@@ -12,6 +12,9 @@
 // repository. Nothing uses systemd: the processes are started in sessions of
 // their own (setsid), so they outlive the command that ran `up`, and with
 // HA_DIR as their working directory, so that none depends on the caller's.
+// Each Patroni runs under `hacluster reap` (reap.go), which reaps its
+// postmaster the moment it dies, so that Patroni fails over at once however
+// slowly the machine's PID 1 reaps.
 //
 //	hacluster up            start what is not running, wait for a settled
 //	                        cluster (a leader, a sync standby and the other
@@ -62,6 +65,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
+	if code, ok := errors.AsType[exitError](err); ok { // reap's child's status, already told
+		os.Exit(int(code))
+	}
 	if err != nil {
 		for line := range strings.SplitSeq(err.Error(), "\n") {
 			fmt.Fprintln(os.Stderr, "ha:", line)
@@ -78,6 +84,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var cmd string
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
+	}
+	if cmd == "reap" { // how up runs Patroni (reap.go); not for operators
+		return reap(args)
 	}
 	p, err := readPorts(getenv)
 	if err != nil {
