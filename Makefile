@@ -119,9 +119,18 @@ bench-sync: ## Fresh charges with a synchronous standby vs a single server, agai
 # The failover scenarios (TestFailover*) need the HA cluster: make chaos runs
 # them when make ha-up has started it, and says it skipped them otherwise;
 # make chaos-ha starts it and runs only them (CHAOS_LONG=1 for the long form).
-# HA_ENV is expanded while make reads a recipe: `ha.sh url` builds
-# bin/hacluster if needed and prints a constant; silent when that fails.
-HA_ENV = PAYMENTS_HA_URL='$(shell GO=$(GO) ./scripts/ha.sh url 2>/dev/null)' PAYMENTS_HA_PATRONI=http://127.0.0.1:8441,http://127.0.0.1:8442,http://127.0.0.1:8443
+# HA_PG_PORT, HA_PATRONI_PORT and HA_ETCD_PORT move the cluster's ports
+# (default 5441, 8441, 23790; lab/README.md), HA_DIR its data: a second
+# cluster runs beside the first with all four set, e.g. `make chaos-ha
+# HA_DIR=/var/tmp/payments-ha2 HA_PG_PORT=5451 HA_PATRONI_PORT=8451
+# HA_ETCD_PORT=23890`. HA_PORTS passes the ports on to $(shell), which make
+# 4.3 runs without the variables set on its command line.
+HA_PORTS = HA_PG_PORT='$(HA_PG_PORT)' HA_PATRONI_PORT='$(HA_PATRONI_PORT)' HA_ETCD_PORT='$(HA_ETCD_PORT)'
+# HA_ENV is expanded while make reads a recipe: `ha.sh url` and `ha.sh api`
+# build bin/hacluster if needed and print what the ports make of the URL
+# and of the members' REST APIs; silent when that fails.
+HA_ENV = PAYMENTS_HA_URL='$(shell $(HA_PORTS) GO=$(GO) ./scripts/ha.sh url 2>/dev/null)' \
+	PAYMENTS_HA_PATRONI='$(shell $(HA_PORTS) GO=$(GO) ./scripts/ha.sh api 2>/dev/null)'
 
 .PHONY: chaos chaos-ha
 chaos: ## Run the long fault-injection scenarios (CHAOS_LONG=1 ./internal/chaos, a few minutes; failover too after make ha-up)
@@ -136,7 +145,7 @@ chaos-ha: ## Start the HA cluster if needed and run the failover scenarios again
 
 # A PostgreSQL HA cluster on this machine for development and the failover
 # tests: etcd and three Patroni members (deploy/ha) on 127.0.0.1:5441, :5442
-# and :5443, a primary, a synchronous standby and a replica that becomes
+# and :5443 (HA_PG_PORT and its kin above move them), a primary, a synchronous standby and a replica that becomes
 # synchronous when the standby goes, so losing any one member keeps writes
 # going; data and logs in HA_DIR (default /var/tmp/payments-ha). ha-up is idempotent and prints the DATABASE_URL;
 # scripts/ha.sh has the helpers the tests use (primary, pid, ctl, ...). It

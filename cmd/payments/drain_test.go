@@ -122,3 +122,59 @@ func TestStopSignalNamesTheSignal(t *testing.T) {
 		t.Errorf("a context no signal ends: %q, want none", got)
 	}
 }
+
+// TestPlannedDrainLogsNoWarning stops serve as an orchestrator does, its
+// load balancer asking /readyz all through SHUTDOWN_DELAY, and reads its log:
+// a planned drain is no failure, so from start to stop serve writes nothing
+// at WARN or above, its relay included. /readyz's 503 shutting-down is the
+// drain itself, which serve announces at INFO.
+func TestPlannedDrainLogsNoWarning(t *testing.T) {
+	env := envOf(map[string]string{"DATABASE_URL": pgtest.NewDatabase(t), "HTTP_ADDR": "127.0.0.1:0",
+		"METRICS_ADDR": "off", "NATS_URL": testkit.StartNATS(t).URL(), "RELAY_POLL": "100ms",
+		"SHUTDOWN_DELAY": "1s", "SHUTDOWN_TIMEOUT": "5s"})
+	logs := &testkit.LogBuffer{}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, env, io.Discard, logs) }()
+	addr := waitForAddr(t, logs)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	probe := func() int {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0 // the listener has closed
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := probe(); got != http.StatusOK {
+		t.Fatalf("before the stop: /readyz %d, want 200", got)
+	}
+
+	stop() // SIGTERM
+	seen := map[int]int{}
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("serve returned %v", err)
+			}
+			if seen[http.StatusServiceUnavailable] == 0 {
+				t.Errorf("/readyz during the drain: %v, never 503", seen)
+			}
+			lines := testkit.JSONLog(t, logs.String(), "")
+			if loud := testkit.Where(lines, "level", "WARN", "ERROR"); len(loud) > 0 {
+				t.Errorf("a planned drain logged %d lines at WARN or above, want none: %v", len(loud), loud)
+			}
+			if len(testkit.Where(lines, "msg", "stopped")) != 1 {
+				t.Errorf("serve did not log its stop:\n%s", logs.String())
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+			seen[probe()]++
+		}
+	}
+}

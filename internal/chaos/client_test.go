@@ -188,8 +188,12 @@ const maxAttempts = 2000
 // network error, a timeout, 409 in-use, 503 or 500), pausing briefly between
 // attempts. It gives up after maxAttempts or when ctx ends.
 func (c *client) definite(ctx context.Context, method, path, key string, body []byte) (answer, int, error) {
+	seen := attemptsSeen(ctx)
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		a, err := c.send(ctx, attempt, method, path, key, body)
+		if seen != nil {
+			seen(attempt, a, err)
+		}
 		if err == nil && !c.retryable(a) {
 			return a, attempt, nil
 		}
@@ -207,6 +211,21 @@ func (c *client) definite(ctx context.Context, method, path, key string, body []
 		}
 	}
 	return answer{}, maxAttempts, errors.New("no definite answer after maxAttempts attempts")
+}
+
+type attemptsKey struct{}
+
+// withAttempts returns ctx carrying seen, which definite calls with each
+// attempt's answer or error, as httptrace carries its hooks: a scenario
+// traces one request that way.
+func withAttempts(ctx context.Context, seen func(attempt int, a answer, err error)) context.Context {
+	return context.WithValue(ctx, attemptsKey{}, seen)
+}
+
+// attemptsSeen returns the hook withAttempts put in ctx, or nil.
+func attemptsSeen(ctx context.Context) func(int, answer, error) {
+	seen, _ := ctx.Value(attemptsKey{}).(func(int, answer, error))
+	return seen
 }
 
 // setupPolicy retries the setup steps as definite does: up to maxAttempts,

@@ -25,11 +25,18 @@ type failoverRun struct {
 
 // strike is one fault of a scenario: the cluster as the fault found it, when
 // the fault began, and the time from then to the answer of the first charge
-// sent once it was done.
+// sent once it was done (recovery); afterEnd is the time from the fault's
+// end to that answer, less than recovery by what the fault itself took
+// (seconds for a stall before a kill, milliseconds for a kill alone), and
+// afterCommit the time from the cluster's first commit after the fault
+// (readyWatch's canary) to that answer: the service's own share, 0 when
+// the charge came first.
 type strike struct {
-	at       settled
-	began    time.Time
-	recovery time.Duration
+	at          settled
+	began       time.Time
+	recovery    time.Duration
+	afterEnd    time.Duration
+	afterCommit time.Duration
 }
 
 // strikeAll breaks the cluster sc.strikes times (once when unset): first on
@@ -53,10 +60,12 @@ func (r *failoverRun) strikeAll(t *testing.T) ([]strike, error) {
 // strike breaks the cluster with sc's fault once it is settled (whole: every
 // member, else a leader and a synchronous standby) and the service ready,
 // then drives one charge from the moment the fault is done: the time to its
-// answer is the time the service could not charge. It fails t when the fault
-// left a moment with no primary (sc.primaryLost) that /readyz never
-// reported, when that charge is not a 201, or when its answer came later
-// than sc.within.
+// answer is the time the service could not charge. It logs the timeline of
+// the recovery. It fails t when the fault left a moment with no primary
+// (sc.primaryLost) that /readyz never reported, when that charge is not a
+// 201, or when its answer came later than sc.within after the fault began
+// or sc.withinAfterCommit after the cluster could commit again, showing the
+// timeline.
 func (r *failoverRun) strike(t *testing.T, whole bool) (strike, error) {
 	t.Helper()
 	at, began, watch, err := settleAndFault(t, r.ctx, r.cl, r.c, whole, r.hooks.whileHeld(r.sc.fault))
@@ -64,36 +73,54 @@ func (r *failoverRun) strike(t *testing.T, whole bool) (strike, error) {
 		watch.end()
 		return strike{}, err
 	}
+	ended := time.Now()
+	watch.steps.addAt(ended, "the fault done")
 	began = r.hooks.struck(began)
-	probe := drive(r.ctx, r.c, op{kind: "charge", path: "/v1/charges", account: r.acct, amount: 1, body: chargeBody(r.acct, 1)})
-	s := strike{at: at, began: began, recovery: time.Since(began)}
+	probe := drive(withAttempts(r.ctx, watch.steps.attempts("the first charge after it")), r.c,
+		op{kind: "charge", path: "/v1/charges", account: r.acct, amount: 1, body: chargeBody(r.acct, 1)})
+	decided := time.Now()
+	watch.steps.addAt(decided, fmt.Sprintf("the first charge after it decided: %d, attempt %d", probe.answer.status, probe.attempts))
+	s := strike{at: at, began: began, recovery: decided.Sub(began), afterEnd: decided.Sub(ended)}
 	ready := watch.end()
+	if committed, ok := watch.committedSince(ended); ok {
+		s.afterCommit = max(0, decided.Sub(committed))
+	}
+	steps := watch.steps.from(began)
+	t.Logf("timeline from the fault's start: %s", steps)
 	if r.sc.primaryLost && ready[http.StatusServiceUnavailable] == 0 {
 		t.Errorf("/readyz never said 503 while the primary was away: %v", ready)
 	}
 	if a := r.c.get(t, r.ctx, "/readyz"); a.status != http.StatusOK {
 		t.Errorf("/readyz after the first charge: %d %s", a.status, a.body)
 	}
-	t.Logf("/readyz between the fault and the first charge after it: %v; that charge decided %v after the fault",
-		ready, s.recovery.Round(time.Millisecond))
+	t.Logf("/readyz between the fault and the first charge after it: %v; that charge decided %v after the fault, %v after its end, %v after the cluster could commit again",
+		ready, s.recovery.Round(time.Millisecond), s.afterEnd.Round(time.Millisecond), s.afterCommit.Round(time.Millisecond))
 	if probe.answer.status == http.StatusCreated {
 		r.record(probe)
 	} else {
 		t.Errorf("the first charge after the fault: %d %s", probe.answer.status, probe.answer.body)
 	}
 	if r.sc.within > 0 && s.recovery > r.sc.within {
-		t.Errorf("the first charge after the fault was decided %v after it, later than the %v allowed",
-			s.recovery.Round(time.Millisecond), r.sc.within)
+		t.Errorf("the first charge after the fault was decided %v after it, later than the %v allowed; timeline from the fault's start: %s",
+			s.recovery.Round(time.Millisecond), r.sc.within, steps)
+	}
+	if r.sc.withinAfterCommit > 0 && s.afterCommit > r.sc.withinAfterCommit {
+		t.Errorf("the first charge after the fault was decided %v after the cluster could commit again, later than the %v allowed; timeline from the fault's start: %s",
+			s.afterCommit.Round(time.Millisecond), r.sc.withinAfterCommit, steps)
 	}
 	return s, nil
 }
 
-// recoveries lists each strike's time to the first charge after it, rounded:
-// "3.2s" or "3.2s and 4.1s".
+// recoveries lists each strike's time to the first charge after it, rounded,
+// and from the fault's end too where the fault lasted a second or more:
+// "3.2s", "3.2s and 4.1s", or "9s (5.9s after its end)".
 func recoveries(strikes []strike, round time.Duration) string {
 	out := make([]string, len(strikes))
 	for i, s := range strikes {
 		out[i] = s.recovery.Round(round).String()
+		if s.recovery-s.afterEnd >= time.Second {
+			out[i] += fmt.Sprintf(" (%v after its end)", s.afterEnd.Round(round))
+		}
 	}
 	return strings.Join(out, " and ")
 }
@@ -121,7 +148,7 @@ func settleAndFault(t *testing.T, ctx context.Context, cl *cluster, c *client, w
 	for {
 		at := cl.settle(t, settleCtx, whole, func() error { return readyz(ctx, c) })
 		t.Logf("settled: %v; the service is ready", at)
-		watch := watchReady(ctx, c)
+		watch := watchReady(ctx, c, cl)
 		began := time.Now()
 		err := fault(t, ctx, cl, at)
 		if !errors.Is(err, errMoved) {
@@ -142,41 +169,6 @@ func readyz(ctx context.Context, c *client) error {
 		return fmt.Errorf("the service's /readyz: %d %s", a.status, a.body)
 	}
 	return nil
-}
-
-// readyWatch asks /readyz every 50 ms, from the fault until the first charge
-// after it, and counts its statuses: it must say 503 while no primary is
-// reachable.
-type readyWatch struct {
-	stop chan struct{}
-	seen chan map[int]int
-}
-
-// watchReady starts a readyWatch of c's service; end stops it.
-func watchReady(ctx context.Context, c *client) *readyWatch {
-	w := &readyWatch{stop: make(chan struct{}), seen: make(chan map[int]int, 1)}
-	go func() {
-		seen := map[int]int{}
-		defer func() { w.seen <- seen }()
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			a, err := c.send(ctx, 1, http.MethodGet, "/readyz", "", nil)
-			if err == nil {
-				seen[a.status]++
-			}
-		}
-	}()
-	return w
-}
-
-// end stops the watch and returns the count of each status it saw.
-func (w *readyWatch) end() map[int]int {
-	close(w.stop)
-	return <-w.seen
 }
 
 // reproduceHA is the command that runs a failover scenario alone in the

@@ -56,26 +56,17 @@ func parseCluster(r io.Reader) ([]member, error) {
 
 // members asks the members' REST APIs for /cluster, in turn, and returns
 // the first answer. It returns an error when none answers.
-func members(ctx context.Context) ([]member, error) {
+func (c *cluster) members(ctx context.Context) ([]member, error) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	var err error
-	for _, s := range specs {
+	for _, s := range c.ports.specs() {
 		var ms []member
 		ms, err = getCluster(ctx, client, fmt.Sprintf("http://127.0.0.1:%d/cluster", s.apiPort))
 		if err == nil {
 			return ms, nil
 		}
 	}
-	return nil, fmt.Errorf("no Patroni REST API answers on 127.0.0.1, ports %s (last: %w)", apiPorts(), err)
-}
-
-// apiPorts lists the members' REST API ports, "8441, 8442, 8443".
-func apiPorts() string {
-	ports := make([]string, len(specs))
-	for i, s := range specs {
-		ports[i] = strconv.Itoa(s.apiPort)
-	}
-	return strings.Join(ports, ", ")
+	return nil, fmt.Errorf("no Patroni REST API answers on 127.0.0.1, ports %s (last: %w)", c.ports.apiPorts(), err)
 }
 
 func getCluster(ctx context.Context, client *http.Client, url string) ([]member, error) {
@@ -96,8 +87,8 @@ func getCluster(ctx context.Context, client *http.Client, url string) ([]member,
 
 // roleMember returns the first member with role. It returns an error when
 // no REST API answers or no member has the role.
-func roleMember(ctx context.Context, role string) (member, error) {
-	ms, err := members(ctx)
+func (c *cluster) roleMember(ctx context.Context, role string) (member, error) {
+	ms, err := c.members(ctx)
 	if err != nil {
 		return member{}, err
 	}
@@ -129,7 +120,7 @@ func (r roles) String() string {
 // (Patroni 3.0) or "streaming" (later versions).
 func streams(m member) bool { return m.State == "running" || m.State == "streaming" }
 
-// settledRoles returns the roles when Patroni shows every member of specs
+// settledRoles returns the roles when Patroni shows every member
 // running with a port: one leader, one sync standby and the others replicas.
 // It says what is missing otherwise.
 func settledRoles(ms []member) (roles, error) {
@@ -148,8 +139,8 @@ func settledRoles(ms []member) (roles, error) {
 	switch {
 	case leaders != 1 || standbys != 1:
 		return roles{}, errors.New("no running leader with a running sync standby in Patroni's /cluster")
-	case 2+len(r.replicas) != len(specs):
-		return roles{}, fmt.Errorf("%d running replicas in Patroni's /cluster, want %d", len(r.replicas), len(specs)-2)
+	case 2+len(r.replicas) != len(memberNames):
+		return roles{}, fmt.Errorf("%d running replicas in Patroni's /cluster, want %d", len(r.replicas), len(memberNames)-2)
 	}
 	return r, nil
 }
@@ -201,8 +192,8 @@ func (v leaderView) problem(standby string, replicas []string) string {
 // and the standbys' PostgreSQL is in recovery. Otherwise it says what is
 // missing. Patroni's word alone lags a fault by up to a loop: right after a
 // kill it still shows the dead member as running.
-func health(ctx context.Context) (roles, error) {
-	ms, err := members(ctx)
+func (c *cluster) health(ctx context.Context) (roles, error) {
+	ms, err := c.members(ctx)
 	if err != nil {
 		return roles{}, err
 	}
@@ -264,7 +255,7 @@ func (c *cluster) waitHealthy(ctx context.Context) (roles, error) {
 	deadline := time.Now().Add(limit)
 	next := time.Now().Add(10 * time.Second)
 	for {
-		r, err := health(ctx)
+		r, err := c.health(ctx)
 		if err == nil {
 			return r, nil
 		}
@@ -290,7 +281,7 @@ func (c *cluster) waitHealthy(ctx context.Context) (roles, error) {
 // every log of the cluster.
 func (c *cluster) showState(ctx context.Context) {
 	c.say("the members:")
-	if ms, err := members(ctx); err != nil {
+	if ms, err := c.members(ctx); err != nil {
 		c.say("%v", err)
 	} else {
 		for _, m := range ms {

@@ -167,15 +167,17 @@ func TestLeaderViewProblem(t *testing.T) {
 // primary wherever it is.
 func TestDatabaseURLNamesEveryMember(t *testing.T) {
 	t.Parallel()
-	hosts, _, _ := strings.Cut(strings.TrimPrefix(databaseURL, "postgres://postgres@"), "/")
-	var want []string
-	for _, s := range specs {
-		want = append(want, fmt.Sprintf("127.0.0.1:%d", s.pgPort))
-	}
-	if hosts != strings.Join(want, ",") {
-		t.Errorf("databaseURL's hosts = %q, want %q", hosts, strings.Join(want, ","))
-	}
-	if len(specs) != 3 {
-		t.Errorf("%d members, want three: losing any one must leave a primary and a synchronous standby", len(specs))
+	for _, p := range []ports{defaultPorts, {pg: 6001, patroni: 7001, etcd: 9001}} {
+		hosts, _, _ := strings.Cut(strings.TrimPrefix(p.databaseURL(), "postgres://postgres@"), "/")
+		var want []string
+		for _, s := range p.specs() {
+			want = append(want, fmt.Sprintf("127.0.0.1:%d", s.pgPort))
+		}
+		if hosts != strings.Join(want, ",") {
+			t.Errorf("databaseURL's hosts = %q, want %q", hosts, strings.Join(want, ","))
+		}
+		if len(want) != 3 {
+			t.Errorf("%d members, want three: losing any one must leave a primary and a synchronous standby", len(want))
+		}
 	}
 }

@@ -35,7 +35,7 @@ func (c *cluster) up(ctx context.Context, stdout io.Writer) error {
 	if err := c.startEtcd(); err != nil {
 		return err
 	}
-	for _, s := range specs {
+	for _, s := range c.ports.specs() {
 		if err := c.startMember(s); err != nil {
 			return err
 		}
@@ -49,7 +49,7 @@ func (c *cluster) up(ctx context.Context, stdout io.Writer) error {
 	}
 	c.say("up in %d s: %v", int(time.Since(started).Seconds()), r)
 	c.say("logs in %s; stop with: make ha-down", c.path("log"))
-	_, err = fmt.Fprintln(stdout, databaseURL)
+	_, err = fmt.Fprintln(stdout, c.ports.databaseURL())
 	return err
 }
 
@@ -81,14 +81,14 @@ func (c *cluster) startEtcd() error {
 	if _, ok := c.etcd(); ok {
 		return nil
 	}
-	if err := requireFree(etcdPort, "etcd client"); err != nil {
+	if err := requireFree(c.ports.etcd, "etcd client"); err != nil {
 		return err
 	}
-	if err := requireFree(etcdPeerPort, "etcd peer"); err != nil {
+	if err := requireFree(c.ports.etcdPeer(), "etcd peer"); err != nil {
 		return err
 	}
 	logPath := c.path("log", "etcd.log")
-	c.say("starting etcd on 127.0.0.1:%d (log: %s)", etcdPort, logPath)
+	c.say("starting etcd on 127.0.0.1:%d (log: %s)", c.ports.etcd, logPath)
 	exited, err := c.startBackground("etcd", logPath, "etcd", "--config-file", c.path("etcd.yml"))
 	if err != nil {
 		return err
@@ -99,7 +99,7 @@ func (c *cluster) startEtcd() error {
 	// setpriv was exec'ing etcd, when it can be empty.
 wait:
 	for range 60 {
-		if portOpen(etcdPort) {
+		if portOpen(c.ports.etcd) {
 			return nil
 		}
 		select {
@@ -128,9 +128,13 @@ func (c *cluster) startMember(s spec) error {
 	if err := requireFree(s.apiPort, "Patroni REST API of "+s.name); err != nil {
 		return err
 	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find hacluster to run Patroni under: %w", err)
+	}
 	logPath := c.path("log", s.name+"-patroni.log")
 	c.say("starting %s: PostgreSQL 127.0.0.1:%d, Patroni 127.0.0.1:%d (log: %s)", s.name, s.pgPort, s.apiPort, logPath)
-	_, err := c.startBackground(s.name, logPath, "patroni", c.path(s.name+".yml"))
+	_, err = c.startBackground(s.name, logPath, exe, "reap", "patroni", c.path(s.name+".yml"))
 	return err
 }
 
@@ -142,18 +146,18 @@ func (c *cluster) down() error {
 	// loops to be released); both at once, since all is deleted anyway. They
 	// need etcd meanwhile, so etcd stops last.
 	var stopping []int
-	for _, s := range specs {
-		if pid, ok := c.patroni(s.name); ok {
-			c.say("stopping %s (Patroni pid %d)", s.name, pid)
+	for _, name := range memberNames {
+		if pid, ok := c.patroni(name); ok {
+			c.say("stopping %s (Patroni pid %d)", name, pid)
 			stopping = append(stopping, pid)
 		}
 	}
 	c.stopPids(60*time.Second, stopping...)
 	// A postmaster whose Patroni was killed (a chaos test may do that) is
 	// still there: SIGQUIT is PostgreSQL's immediate shutdown.
-	for _, s := range specs {
-		if pid, ok := c.postmaster(s.name); ok {
-			c.say("stopping %s's orphaned postmaster (pid %d)", s.name, pid)
+	for _, name := range memberNames {
+		if pid, ok := c.postmaster(name); ok {
+			c.say("stopping %s's orphaned postmaster (pid %d)", name, pid)
 			_ = syscall.Kill(pid, syscall.SIGQUIT)
 		}
 	}
@@ -211,12 +215,12 @@ func dirExists(path string) bool {
 func (c *cluster) status(ctx context.Context, stdout io.Writer) error {
 	anything := false
 	if pid, ok := c.etcd(); ok {
-		c.say("etcd: pid %d, 127.0.0.1:%d", pid, etcdPort)
+		c.say("etcd: pid %d, 127.0.0.1:%d", pid, c.ports.etcd)
 		anything = true
 	} else {
 		c.say("etcd: not running")
 	}
-	for _, s := range specs {
+	for _, s := range c.ports.specs() {
 		pid, ok := c.patroni(s.name)
 		if !ok {
 			c.say("%s: Patroni not running", s.name)
@@ -240,7 +244,7 @@ func (c *cluster) status(ctx context.Context, stdout io.Writer) error {
 	if err := list.Run(); err != nil {
 		c.say("patronictl list failed (etcd down?): %v", err)
 	}
-	_, err := fmt.Fprintf(stdout, "DATABASE_URL=%s\n", databaseURL)
+	_, err := fmt.Fprintf(stdout, "DATABASE_URL=%s\n", c.ports.databaseURL())
 	return err
 }
 

@@ -41,14 +41,46 @@ func render(tmpl string, vars map[string]string) (string, error) {
 	return out, nil
 }
 
-// memberVars are the values patroni.yml.in gets for member s.
-func memberVars(dir string, s spec) map[string]string {
+// memberVars are the values patroni.yml.in gets for member s of a cluster
+// on p.
+func memberVars(dir string, p ports, s spec) map[string]string {
 	return map[string]string{
-		"HA_DIR":   dir,
-		"NAME":     s.name,
-		"PG_PORT":  strconv.Itoa(s.pgPort),
-		"API_PORT": strconv.Itoa(s.apiPort),
+		"HA_DIR":    dir,
+		"NAME":      s.name,
+		"PG_PORT":   strconv.Itoa(s.pgPort),
+		"API_PORT":  strconv.Itoa(s.apiPort),
+		"ETCD_PORT": strconv.Itoa(p.etcd),
 	}
+}
+
+// etcdVars are the values etcd.yml.in gets for a cluster on p.
+func etcdVars(dir string, p ports) map[string]string {
+	return map[string]string{
+		"HA_DIR":         dir,
+		"ETCD_PORT":      strconv.Itoa(p.etcd),
+		"ETCD_PEER_PORT": strconv.Itoa(p.etcdPeer()),
+	}
+}
+
+// portsFile, in HA_DIR, records the ports `up` started the cluster on, as
+// ports.String writes them.
+const portsFile = "ports"
+
+// checkRecordedPorts returns an error when HA_DIR holds a cluster started
+// on other ports than c's: its commands would talk to another cluster, or
+// to none.
+func (c *cluster) checkRecordedPorts() error {
+	data, err := os.ReadFile(c.path(portsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the cluster's ports: %w", err)
+	}
+	if recorded := strings.TrimSpace(string(data)); recorded != c.ports.String() {
+		return fmt.Errorf("the cluster in %s runs with %s, not %s: set those (or choose another HA_DIR)", c.dir, recorded, c.ports)
+	}
+	return nil
 }
 
 // templateDir finds deploy/ha: beside the binary's bin/ (scripts/ha.sh
@@ -103,16 +135,19 @@ func (c *cluster) prepare(tmpl string) error {
 	if err := root.WriteFile(marker, nil, fileMode); err != nil {
 		return fmt.Errorf("mark HA_DIR: %w", err)
 	}
+	if err := root.WriteFile(portsFile, []byte(c.ports.String()+"\n"), fileMode); err != nil {
+		return fmt.Errorf("record the ports: %w", err)
+	}
 	for _, d := range []string{"run", "log"} {
 		if err := root.MkdirAll(d, dirMode); err != nil {
 			return fmt.Errorf("create HA_DIR: %w", err)
 		}
 	}
-	if err := renderFile(root, filepath.Join(tmpl, "etcd.yml.in"), "etcd.yml", map[string]string{"HA_DIR": c.dir}); err != nil {
+	if err := renderFile(root, filepath.Join(tmpl, "etcd.yml.in"), "etcd.yml", etcdVars(c.dir, c.ports)); err != nil {
 		return err
 	}
-	for _, s := range specs {
-		if err := renderFile(root, filepath.Join(tmpl, "patroni.yml.in"), s.name+".yml", memberVars(c.dir, s)); err != nil {
+	for _, s := range c.ports.specs() {
+		if err := renderFile(root, filepath.Join(tmpl, "patroni.yml.in"), s.name+".yml", memberVars(c.dir, c.ports, s)); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,9 @@
 // repository. Nothing uses systemd: the processes are started in sessions of
 // their own (setsid), so they outlive the command that ran `up`, and with
 // HA_DIR as their working directory, so that none depends on the caller's.
+// Each Patroni runs under `hacluster reap` (reap.go), which reaps its
+// postmaster the moment it dies, so that Patroni fails over at once however
+// slowly the machine's PID 1 reaps.
 //
 //	hacluster up            start what is not running, wait for a settled
 //	                        cluster (a leader, a sync standby and the other
@@ -23,6 +26,8 @@
 //	hacluster status        the processes and `patronictl list`
 //	hacluster wait          wait for a settled cluster again (after a fault)
 //	hacluster url           the DATABASE_URL
+//	hacluster api           the members' REST API URLs, comma-separated (what
+//	                        internal/chaos reads from PAYMENTS_HA_PATRONI)
 //	hacluster primary       the leader's name and port: "pg1 5441"
 //	hacluster standby       the sync standby's name and port
 //	hacluster pid MEMBER    the postmaster pid of pg1, pg2 or pg3 (from its postmaster.pid)
@@ -32,7 +37,14 @@
 // What it reports goes to stderr, each line prefixed "ha: "; stdout carries
 // only the answers (the URL, "pg1 5441", a pid, patronictl's table).
 // Environment: HA_DIR (default /var/tmp/payments-ha), HA_WAIT (seconds `up`
-// and `wait` wait for a healthy cluster, default 90).
+// and `wait` wait for a healthy cluster, default 90), and the ports (ports.go):
+// HA_PG_PORT (default 5441: pg1, pg2 and pg3 on it and the next two),
+// HA_PATRONI_PORT (default 8441, likewise) and HA_ETCD_PORT (default 23790,
+// the peer port 10 above). A second cluster runs beside the first with
+// another HA_DIR and ports that do not clash, e.g. HA_DIR=/var/tmp/payments-ha2
+// HA_PG_PORT=5451 HA_PATRONI_PORT=8451 HA_ETCD_PORT=23890; every command on a
+// cluster needs the ports it was started with, which `up` records in HA_DIR
+// and the other commands check.
 package main
 
 import (
@@ -53,6 +65,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
+	if code, ok := errors.AsType[exitError](err); ok { // reap's child's status, already told
+		os.Exit(int(code))
+	}
 	if err != nil {
 		for line := range strings.SplitSeq(err.Error(), "\n") {
 			fmt.Fprintln(os.Stderr, "ha:", line)
@@ -61,13 +76,8 @@ func main() {
 	}
 }
 
-const usage = `usage: hacluster up|down|status|wait|url|primary|standby|pid MEMBER|ctl ARGS...
+const usage = `usage: hacluster up|down|status|wait|url|api|primary|standby|pid MEMBER|ctl ARGS...
 (scripts/ha.sh builds and runs it; go doc ./lab/cmd/hacluster says what each does)`
-
-// databaseURL names every member: libpq and pgx try them in order and keep
-// the first that accepts writes, so a new connection finds the primary
-// wherever it is now.
-const databaseURL = "postgres://postgres@127.0.0.1:5441,127.0.0.1:5442,127.0.0.1:5443/payments?sslmode=disable&target_session_attrs=read-write"
 
 // run is the whole program behind main: the command table.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -75,13 +85,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
 	}
-	if cmd == "url" { // make reads it while parsing: it needs nothing
-		_, err := fmt.Fprintln(stdout, databaseURL)
-		return err
+	if cmd == "reap" { // how up runs Patroni (reap.go); not for operators
+		return reap(args)
 	}
-	c, err := newCluster(getenv, stderr)
+	p, err := readPorts(getenv)
 	if err != nil {
 		return err
+	}
+	switch cmd { // make reads these while parsing: they need only the ports
+	case "url":
+		_, err := fmt.Fprintln(stdout, p.databaseURL())
+		return err
+	case "api":
+		_, err := fmt.Fprintln(stdout, p.patroniURLs())
+		return err
+	}
+	c, err := newCluster(getenv, p, stderr)
+	if err != nil {
+		return err
+	}
+	if cmd != "down" { // down stops the processes of HA_DIR, on whatever ports
+		if err := c.checkRecordedPorts(); err != nil {
+			return err
+		}
 	}
 	switch cmd {
 	case "up":
@@ -113,32 +139,11 @@ type spec struct {
 	apiPort int
 }
 
-var specs = []spec{
-	{name: "pg1", pgPort: 5441, apiPort: 8441},
-	{name: "pg2", pgPort: 5442, apiPort: 8442},
-	{name: "pg3", pgPort: 5443, apiPort: 8443},
-}
-
-// As in deploy/ha/etcd.yml.in.
-const (
-	etcdPort     = 23790
-	etcdPeerPort = 23800
-)
-
-// lookupSpec returns the member called name, or an error naming the members.
-func lookupSpec(name string) (spec, error) {
-	for _, s := range specs {
-		if s.name == name {
-			return s, nil
-		}
-	}
-	return spec{}, fmt.Errorf("unknown member %q (pg1, pg2 or pg3)", name)
-}
-
 // cluster is the cluster in one HA_DIR, and where to say what happens to it.
 type cluster struct {
 	dir     string // HA_DIR, absolute and clean
 	waitEnv string // HA_WAIT as given; parsed by waitLimit when needed
+	ports   ports  // HA_PG_PORT, HA_PATRONI_PORT, HA_ETCD_PORT
 	log     io.Writer
 	// asPostgres prefixes the commands that start etcd and Patroni: as root,
 	// setpriv runs them as the postgres OS user. PostgreSQL refuses to run
@@ -147,9 +152,9 @@ type cluster struct {
 	asPostgres []string
 }
 
-// newCluster reads HA_DIR and HA_WAIT. It returns an error when HA_DIR is
-// not an absolute path: `down` deletes it.
-func newCluster(getenv func(string) string, log io.Writer) (*cluster, error) {
+// newCluster reads HA_DIR and HA_WAIT, for a cluster on p. It returns an
+// error when HA_DIR is not an absolute path: `down` deletes it.
+func newCluster(getenv func(string) string, p ports, log io.Writer) (*cluster, error) {
 	dir := getenv("HA_DIR")
 	if dir == "" {
 		dir = "/var/tmp/payments-ha"
@@ -157,7 +162,7 @@ func newCluster(getenv func(string) string, log io.Writer) (*cluster, error) {
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" {
 		return nil, fmt.Errorf("HA_DIR must be an absolute path below /, not %q", dir)
 	}
-	c := &cluster{dir: filepath.Clean(dir), waitEnv: getenv("HA_WAIT"), log: log}
+	c := &cluster{dir: filepath.Clean(dir), waitEnv: getenv("HA_WAIT"), ports: p, log: log}
 	if os.Geteuid() == 0 {
 		c.asPostgres = []string{"setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--reset-env"}
 	}
@@ -188,7 +193,7 @@ func (c *cluster) path(elem ...string) string {
 
 // printRole prints "name port" of the member with role.
 func (c *cluster) printRole(ctx context.Context, stdout io.Writer, role string) error {
-	m, err := roleMember(ctx, role)
+	m, err := c.roleMember(ctx, role)
 	if err != nil {
 		return err
 	}
@@ -201,7 +206,7 @@ func (c *cluster) printPostmaster(args []string, stdout io.Writer) error {
 	if len(args) != 1 {
 		return errors.New("usage: hacluster pid pg1|pg2|pg3")
 	}
-	s, err := lookupSpec(args[0])
+	s, err := c.ports.lookupSpec(args[0])
 	if err != nil {
 		return err
 	}

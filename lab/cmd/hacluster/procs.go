@@ -77,7 +77,8 @@ func (c *cluster) alive(name, word string) (int, bool) {
 	return runsWith(pid, word)
 }
 
-// patroni returns the pid of the member's Patroni, when it runs.
+// patroni returns the pid that runs the member's Patroni, `hacluster reap`
+// (reap.go), which passes signals on to it, when it runs.
 func (c *cluster) patroni(member string) (int, bool) {
 	return c.alive(member, c.path(member+".yml"))
 }
