@@ -2,13 +2,16 @@ package httpapi_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/exactlyonce/payments/internal/charging"
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/postgres"
 )
@@ -127,6 +130,37 @@ func TestExpirySweepIsBoundedByHolds(t *testing.T) {
 		if expired := f.count(`SELECT count(*) FROM events WHERE merchant_id = $1 AND type = 'charge.expired'`); expired != holds-left {
 			t.Errorf("%d charge.expired events, want %d", expired, holds-left)
 		}
+	}
+	f.wantMoney(acct, 1000, 1000)
+}
+
+// TestExpirySweepPacesItsBatches: the sweep rests ExpiryPause between two
+// full batches, so that one account's mass of expiries cannot queue every
+// other merchant's events behind its own at the relay (make
+// bench-isolation: 200,000 holds at one moment made others' events up to a
+// second late). 250 holds in batches of 100: all expired, with their events,
+// after two pauses at least.
+func TestExpirySweepPacesItsBatches(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(o *setupOptions) { o.databaseURL = pgtest.NewDatabase(t) })
+	acct := f.account("USD", 1000)
+	const holds = 250
+	for range holds {
+		f.authorize(acct, 1)
+	}
+	if _, err := f.db.Exec(t.Context(), `UPDATE charges SET expires_at = now() - interval '1 second'
+        WHERE merchant_id = $1 AND status = 'authorized'`, f.merchantID); err != nil {
+		t.Fatal(err)
+	}
+	sweep := charging.NewExpirySweep(postgres.NewHolds(f.store.DB), slog.New(slog.DiscardHandler), time.Hour, 100)
+	began := time.Now()
+	n, err := sweep.Sweep(t.Context())
+	if took := time.Since(began); err != nil || n != holds || took < 2*charging.ExpiryPause {
+		t.Fatalf("a sweep of %d holds in batches of 100: %d expired in %s (%v), want all, after two pauses of %s",
+			holds, n, took, err, charging.ExpiryPause)
+	}
+	if expired := f.count(`SELECT count(*) FROM events WHERE merchant_id = $1 AND type = 'charge.expired'`); expired != holds {
+		t.Errorf("%d charge.expired events, want %d", expired, holds)
 	}
 	f.wantMoney(acct, 1000, 1000)
 }

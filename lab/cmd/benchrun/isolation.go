@@ -7,7 +7,6 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/exactlyonce/payments/lab/internal/benchrun"
@@ -82,7 +81,7 @@ func runIsolation(ctx context.Context, logger *log.Logger) error {
 	}
 	section := res.section(s)
 	if s.report != "-" {
-		if err := replaceSection(s.report, "bench-isolation", section); err != nil {
+		if err := writeIsoSection(s.report, section); err != nil {
 			return fmt.Errorf("write %s: %w", s.report, err)
 		}
 		logger.Printf("wrote the section of %s", s.report)
@@ -195,21 +194,18 @@ func (s isoSettings) measureMode(ctx context.Context, logger *log.Logger, m isoM
 	return res, ctx.Err()
 }
 
-// replaceSection rewrites what lies between <!-- name:begin --> and
-// <!-- name:end --> in path with section, or appends both markers and the
-// section when the file has none.
-func replaceSection(path, name, section string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	begin, end := "<!-- "+name+":begin -->\n", "<!-- "+name+":end -->"
-	text := string(b)
-	i, j := strings.Index(text, begin), strings.Index(text, end)
-	if i < 0 || j < i {
-		text = strings.TrimRight(text, "\n") + "\n\n" + begin + section + end + "\n"
-	} else {
-		text = text[:i+len(begin)] + section + text[j:]
-	}
-	return os.WriteFile(path, []byte(text), 0o644) //nolint:gosec // G306: a document of the repository
+// Where the section goes: its own markers, before bench-sync's when it is
+// new; its notes, written by hand between <!-- bench-isolation-notes:begin
+// --> and its end, are kept by every run.
+const (
+	isoBegin = "<!-- bench-isolation:begin -->"
+	isoEnd   = "<!-- bench-isolation:end -->"
+)
+
+// writeIsoSection replaces the section in the file at path, keeping its
+// notes.
+func writeIsoSection(path, section string) error {
+	old, _ := os.ReadFile(path) // none: no notes, and writeMarkedSection creates it
+	return writeMarkedSection(path, isoBegin, isoEnd, syncBegin,
+		withNotes(isoBegin+"\n"+section+isoEnd+"\n", string(old), "bench-isolation-notes", isoEnd))
 }

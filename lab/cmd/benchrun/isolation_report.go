@@ -53,7 +53,7 @@ func (r isoResults) section(s isoSettings) string {
 				verdict = "missed"
 			}
 			fmt.Fprintf(&b, "\nHolds (%s): %d one-cent authorizations on one account of A, written by SQL, all expire at one "+
-				"moment while B charges (%d clients); the sweep (`CHARGE_EXPIRY_INTERVAL=1s`, 500 holds a transaction) "+
+				"moment while B charges (%d clients); the sweep (`CHARGE_EXPIRY_INTERVAL=1s`, 500 holds a transaction, 100 ms apart) "+
 				"recorded them all in %.1f s. B's %d `charge.succeeded` events, from their transaction's start to a NATS "+
 				"subscriber meanwhile: p50 %s ms, p99 %s ms, max %s ms; %d later than 1 s (goal 0: %s).\n",
 				m.mode.name, h.holds, s.chargers, h.sweep.Seconds(), len(h.delays), q[0], q[1], q[2], h.late, verdict)

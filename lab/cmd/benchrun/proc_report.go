@@ -357,15 +357,20 @@ func writeProcSection(path, section string) error {
 	return writeMarkedSection(path, procBegin, procEnd, syncBegin, withProcNotes(section, string(old)))
 }
 
-// withProcNotes is section with the notes of report's section (written by
-// hand between <!-- bench-processor-notes:begin --> and its end, each
-// naming the command behind its figures) put back before its end, after a
-// blank line; section as it is when report has none.
+// withProcNotes is withNotes for bench-processor's section.
 func withProcNotes(section, report string) string {
-	notes := markedSection(report, "bench-processor-notes")
-	body, found := strings.CutSuffix(section, procEnd+"\n")
+	return withNotes(section, report, "bench-processor-notes", procEnd)
+}
+
+// withNotes is section with the notes of report's section (written by hand
+// between <!-- NOTES:begin --> and its end, each naming the command behind
+// its figures) put back before its end line, after a blank line; section as
+// it is when report has none.
+func withNotes(section, report, notesName, end string) string {
+	notes := markedSection(report, notesName)
+	body, found := strings.CutSuffix(section, end+"\n")
 	if notes == "" || !found {
 		return section
 	}
-	return body + "\n" + notes + "\n" + procEnd + "\n"
+	return body + "\n" + notes + "\n" + end + "\n"
 }

@@ -44,6 +44,7 @@ type report struct {
 	Elapsed       int
 	Date, LoadNow string
 	Kept, Sync    string
+	Isolation     string // make bench-isolation's section, carried over
 	// Processor is the section of processor charges: this run's, or the
 	// report's (BENCH_PROCESSOR=0); Proc its goals when this run measured.
 	Processor  string
@@ -119,6 +120,7 @@ func (b *bench) newReport(ctx context.Context) report {
 	r.Sync = markedSection(string(old), "bench-sync")
 	r.Proc = b.proc
 	r.Processor = markedSection(string(old), "bench-processor")
+	r.Isolation = markedSection(string(old), "bench-isolation")
 	if b.proc.Measured {
 		r.Processor = strings.TrimRight(withProcNotes(b.proc.Outcome.Section, string(old)), "\n")
 	}
