@@ -39,7 +39,7 @@ creds=$(DATABASE_URL=$url_db "$bin" merchants create --name profile)
 api_key=$(sed -n 's/.*"api_key"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$creds")
 port=$((20000 + RANDOM % 20000)) pport=$((40000 + RANDOM % 20000))
 # One merchant at full speed: its budgets (RATE_LIMIT_*) would cap what is profiled.
-env DATABASE_URL=$url_db HTTP_ADDR=127.0.0.1:$port PPROF_ADDR=127.0.0.1:$pport RELAY_ENABLED=false SHUTDOWN_DELAY=0 \
+env DATABASE_URL=$url_db HTTP_ADDR=127.0.0.1:$port PPROF_ADDR=127.0.0.1:$pport METRICS_ADDR=127.0.0.1:0 RELAY_ENABLED=false SHUTDOWN_DELAY=0 \
 	RATE_LIMIT_READS=0 RATE_LIMIT_WRITES=0 ${PROFILE_ENV:-} \
 	"$bin" serve >bin/profile-server.log 2>&1 &
 pid=$!
