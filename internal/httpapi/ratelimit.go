@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/retry"
 )
 
 // MerchantBudget is how many requests a second this replica serves each
@@ -77,8 +78,9 @@ func budgetKind(method string) string {
 // *payment.RetryAfter of payment.ErrRateLimited, having spent nothing. A
 // ctx done meanwhile returns its error.
 func (l *merchantLimits) take(ctx context.Context, merchant uuid.UUID, method string) error {
-	kind, perSecond := budgetKind(method), l.budget.Writes
-	if isRead(method) {
+	kind := budgetKind(method)
+	perSecond := l.budget.Writes
+	if kind == "reads" {
 		perSecond = l.budget.Reads
 	}
 	if perSecond <= 0 {
@@ -92,7 +94,7 @@ func (l *merchantLimits) take(ctx context.Context, merchant uuid.UUID, method st
 	}
 	l.mu.Unlock()
 	lim := b.writes
-	if isRead(method) {
+	if kind == "reads" {
 		lim = b.reads
 	}
 	now := time.Now()
@@ -103,30 +105,18 @@ func (l *merchantLimits) take(ctx context.Context, merchant uuid.UUID, method st
 	}
 	wait := cmp.Or(l.budget.Wait, DefaultBudgetWait)
 	if turn <= wait {
-		if err := sleep(ctx, turn); err != nil {
+		if !retry.Sleep(ctx, turn) {
 			r.Cancel()
-			return err
+			return ctx.Err()
 		}
 		return nil
 	}
 	r.CancelAt(now)
-	if err := sleep(ctx, wait); err != nil {
-		return err
+	if !retry.Sleep(ctx, wait) {
+		return ctx.Err()
 	}
 	return &payment.RetryAfter{Err: fmt.Errorf("%w: your merchant may make %g %s a second on this replica; this request was not looked at",
 		payment.ErrRateLimited, perSecond, kind), After: turn - wait}
-}
-
-// sleep waits d, or returns ctx's error if it is done first.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // newBucket is a token bucket of perSecond tokens a second holding one

@@ -145,10 +145,7 @@ func (s *db) confirmRounds(ctx context.Context) {
 			continue
 		}
 		failures++
-		select {
-		case c.ended <- struct{}{}:
-		default:
-		}
+		s.transactionEnded() // what it was to confirm is still to confirm
 	}
 }
 
