@@ -107,6 +107,7 @@ func openCharging(cfg config, store *postgres.Store, log *slog.Logger, m *metric
 		},
 	})
 	m.ChargeBatcher(path.Stats, path.StuckAfter())
+	m.ChargeAhead(path.AheadStats)
 	return path
 }
 

@@ -129,6 +129,9 @@ type Path struct {
 	// waiters holds a token for each charge waiting outside a batch for a
 	// key in flight or a locked account (wait.go): at most Options.Waiters.
 	waiters chan struct{}
+	// book records accounts as this process's batches left them, to decide
+	// batches ahead (ahead.go).
+	book book
 }
 
 // New returns the charge path over db; its batcher starts at once.
@@ -328,6 +331,11 @@ func (s *Path) chargeBatch(ctx context.Context, reqs []chargedb.KeyedCharge, mod
 // transaction ends with it, whatever happens in between: Close rolls back
 // what did not commit.
 func (s *Path) chargeTx(ctx context.Context, reqs []chargedb.KeyedCharge, mode chargedb.Waits) ([]chargeAnswer, error) {
+	if mode == (chargedb.Waits{}) {
+		if answers, ok, err := s.chargeAhead(ctx, reqs); ok || err != nil {
+			return answers, err
+		}
+	}
 	tx, locks, err := s.db.Lock(ctx, reqs, mode)
 	if err != nil {
 		return nil, err
@@ -336,8 +344,10 @@ func (s *Path) chargeTx(ctx context.Context, reqs []chargedb.KeyedCharge, mode c
 	answers, decided, w := decideBatch(reqs, locks, s.opts.AuthorizationTTL)
 	storedAt, err := tx.Commit(ctx, &w.Writes)
 	if err != nil {
+		s.book.forget(reqs)
 		return nil, err
 	}
+	s.book.put(locks.Accounts) // as the batch left them
 	for i := range answers {
 		if decided[i] && answers[i].err == nil {
 			answers[i].res.StoredAt = storedAt

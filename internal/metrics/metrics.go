@@ -125,6 +125,18 @@ func (m *Metrics) ChargeBatcher(stats func() groupcommit.Stats, stuckAfter time.
 		func(s groupcommit.Stats) uint64 { return s.QueueTimeouts })
 }
 
+// ChargeAhead registers the counters of the charge batches decided ahead
+// (internal/charging, ahead.go), read from stats at each scrape: those that
+// committed in one round trip, and those the database refused because a key
+// or an account was not as this process recorded it (they ran again the
+// usual way, so a refusal costs a round trip, never an answer).
+func (m *Metrics) ChargeAhead(stats func() (committed, refused uint64)) {
+	m.CounterFunc("payments_charge_batches_ahead_total", "Charge batches decided ahead against this process's record of their accounts and committed in one round trip.",
+		func() float64 { c, _ := stats(); return float64(c) })
+	m.CounterFunc("payments_charge_batches_ahead_refused_total", "Charge batches decided ahead that the database refused (a key in flight or stored, an account changed or locked elsewhere); each ran again the usual way.",
+		func() float64 { _, r := stats(); return float64(r) })
+}
+
 // BuildInfo registers payments_build_info, always 1, whose labels say which
 // build runs: its version, commit and Go version (`payments version`). Join
 // on it to see a change of build in any other series.

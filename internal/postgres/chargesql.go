@@ -112,8 +112,9 @@ USING unnest($1::uuid[], $2::text[]) AS u(m, k)
 WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.status IS NOT NULL AND ik.created_at < now() - $3::interval`
 
 	// writeChargesSQL records a batch's decisions: the debits, the charges
-	// (succeeded and failed) and their events in the members' order, and every
-	// decided key with its response. A key's retention counts from now, when
+	// (succeeded and failed) and their events in the members' order, created
+	// at the batch's clock as their responses say, and every decided key with
+	// its response. A key's retention counts from now, when
 	// its response is stored, not from the transaction's start (which locks
 	// may have delayed); it returns that time. Its arguments are named by
 	// chargeWrites.namedArgs.
@@ -123,15 +124,15 @@ WITH debit AS (
     FROM unnest(@debit_merchants::uuid[], @debit_accounts::uuid[], @debit_amounts::bigint[], @debit_holds::bigint[]) AS d(m, id, amount, hold)
     WHERE a.merchant_id = d.m AND a.id = d.id
 ), charge AS (
-    INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, failure_code, amount_captured, expires_at, description, metadata)
-    SELECT m, id, a, amount, currency, status, nullif(failure, ''), captured, expires, description, metadata
-    FROM unnest(@charge_merchants::uuid[], @charge_ids::uuid[], @charge_accounts::uuid[], @charge_amounts::bigint[], @currencies::text[], @statuses::text[], @failures::text[], @captured::bigint[], @expires::timestamptz[], @descriptions::text[], @metadata::jsonb[])
-        WITH ORDINALITY AS c(m, id, a, amount, currency, status, failure, captured, expires, description, metadata, i)
+    INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, failure_code, amount_captured, expires_at, description, metadata, created_at)
+    SELECT m, id, a, amount, currency, status, nullif(failure, ''), captured, expires, description, metadata, created
+    FROM unnest(@charge_merchants::uuid[], @charge_ids::uuid[], @charge_accounts::uuid[], @charge_amounts::bigint[], @currencies::text[], @statuses::text[], @failures::text[], @captured::bigint[], @expires::timestamptz[], @descriptions::text[], @metadata::jsonb[], @created::timestamptz[])
+        WITH ORDINALITY AS c(m, id, a, amount, currency, status, failure, captured, expires, description, metadata, created, i)
     ORDER BY i
 ), event AS (
-    INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload)
-    SELECT m, id, 'charge', aggregate, type, payload
-    FROM unnest(@charge_merchants::uuid[], @event_ids::uuid[], @charge_ids::uuid[], @event_types::text[], @payloads::jsonb[]) WITH ORDINALITY AS e(m, id, aggregate, type, payload, i)
+    INSERT INTO events (merchant_id, id, aggregate_type, aggregate_id, type, payload, created_at)
+    SELECT m, id, 'charge', aggregate, type, payload, created
+    FROM unnest(@charge_merchants::uuid[], @event_ids::uuid[], @charge_ids::uuid[], @event_types::text[], @payloads::jsonb[], @created::timestamptz[]) WITH ORDINALITY AS e(m, id, aggregate, type, payload, created, i)
     ORDER BY i
 ), stored AS MATERIALIZED (
     SELECT clock_timestamp() AS at

@@ -87,6 +87,7 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 		chargeMerchants, chargeIDs, chargeAccounts, eventIDs = make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n)
 		amounts, captured                                    = make([]int64, n), make([]int64, n)
 		expires                                              = make([]*time.Time, n)
+		created                                              = make([]time.Time, n)
 		currencies, statuses, failures, eventTypes           = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		descriptions                                         = make([]*string, n)
 		metadata, payloads                                   = make([][]byte, n), make([][]byte, n)
@@ -99,7 +100,7 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 		chargeMerchants[i], chargeIDs[i], chargeAccounts[i] = pgUUID(c.Merchant), pgUUID(c.Charge.ID), pgUUID(c.Charge.AccountID)
 		amounts[i], currencies[i], statuses[i], failures[i] = c.Charge.Amount, c.Charge.Currency, string(c.Charge.Status), c.Charge.FailureCode
 		descriptions[i], eventIDs[i], eventTypes[i], payloads[i] = c.Charge.Description, pgUUID(c.EventID), c.EventType, c.Payload
-		captured[i], expires[i] = c.Charge.AmountCaptured, c.Charge.ExpiresAt
+		captured[i], expires[i], created[i] = c.Charge.AmountCaptured, c.Charge.ExpiresAt, c.Charge.CreatedAt
 	}
 	d := len(w.Debits)
 	debitMerchants, debitAccounts, debitAmounts, debitHolds := make([]pgtype.UUID, d), make([]pgtype.UUID, d), make([]int64, d), make([]int64, d)
@@ -127,7 +128,7 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 	return pgx.NamedArgs{
 		"debit_merchants": debitMerchants, "debit_accounts": debitAccounts, "debit_amounts": debitAmounts, "debit_holds": debitHolds,
 		"charge_merchants": chargeMerchants, "charge_ids": chargeIDs, "charge_accounts": chargeAccounts, "charge_amounts": amounts,
-		"currencies": currencies, "statuses": statuses, "failures": failures, "captured": captured, "expires": expires, "descriptions": descriptions, "metadata": metadata,
+		"currencies": currencies, "statuses": statuses, "failures": failures, "captured": captured, "expires": expires, "descriptions": descriptions, "metadata": metadata, "created": created,
 		"event_ids": eventIDs, "event_types": eventTypes, "payloads": payloads,
 		"key_merchants": keyMerchants, "keys": keys, "fingerprints": fingerprints, "key_statuses": keyStatuses,
 		"locations": locations, "bodies": bodies, "body_encodings": bodyEncodings,

@@ -6,7 +6,10 @@
 //
 // A batch of charges is one transaction and two round trips: Lock (BEGIN,
 // the members' keys, their stored responses and their accounts, locked) and
-// Tx.Commit (what the use case decided, written, and COMMIT).
+// Tx.Commit (what the use case decided, written, and COMMIT); or, for a batch
+// the use case decided ahead against its record of the accounts, one round
+// trip: CommitAhead (the record checked under the same locks, the writes, the
+// commit).
 package chargedb
 
 import (
@@ -30,6 +33,16 @@ type Store interface {
 	// transaction holds unless w.Accounts. Those skipped are Locks.Busy.
 	// On error the transaction is over and Tx is nil.
 	Lock(ctx context.Context, reqs []KeyedCharge, w Waits) (Tx, *Locks, error)
+	// CommitAhead runs a batch decided ahead in one transaction and one
+	// round trip, on no request's context and confirmed by the synchronous
+	// standby, if any: it takes every member's key lock and every account
+	// of e locked FOR UPDATE, waiting for none, checks that no key is
+	// stored, that each account is as e says with no holds, and that e.At
+	// is a clock the database can own (not after the check, not more than a
+	// second before the transaction began), then writes w and commits. When
+	// any of that does not hold it writes nothing and returns
+	// ErrNotAsExpected. It returns when the keys' responses were stored.
+	CommitAhead(ctx context.Context, reqs []KeyedCharge, e Expected, w *Writes) (storedAt time.Time, err error)
 	// Ping checks that the database answers and takes writes; it returns
 	// payment.ErrUnavailable when it does not.
 	Ping(ctx context.Context) error
@@ -61,7 +74,19 @@ var (
 	// unique violation): it may run again; if it keeps failing, it is some
 	// member's.
 	ErrDuplicate = errors.New("chargedb: a row appeared under the transaction")
+	// ErrNotAsExpected is CommitAhead's refusal: a key was in flight or
+	// stored, an account was locked elsewhere, missing or not as expected,
+	// or the clock was off. Nothing was written.
+	ErrNotAsExpected = errors.New("chargedb: the batch's keys or accounts are not as it was decided against")
 )
+
+// Expected is what a batch decided ahead was decided against: its clock
+// (the created_at of its charges) and its accounts as they stood before it,
+// each with no holds.
+type Expected struct {
+	At       time.Time
+	Accounts []payment.Account
+}
 
 // Waits is what a batch's transaction may wait for, until Deadline: nothing
 // (a batch), its members' account rows (Accounts: a busy group), or also its

@@ -1,0 +1,135 @@
+package charging
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/payment"
+)
+
+// Batches decided ahead. A batch costs two round trips when it locks and
+// reads its keys and accounts before deciding (chargeTx). But the accounts
+// a process charges are mostly ones it charged a moment ago, and it knows how
+// it left them: the book keeps each account as this process's last batch on
+// it found it under its lock and left it. When every member's account is in
+// the book with no holds, the batch is decided at once against the book, by
+// the same decideBatch (every key free and stored nowhere, every account as
+// recorded, the service's clock for the batch's), and sent with the check of
+// those premises in one round trip that ends with its commit
+// (chargedb.Store.CommitAhead). The database takes the same locks, waiting
+// for none, and commits only if every premise holds, so the decisions are
+// those a locked batch would have made; otherwise it writes nothing, the
+// book forgets the batch's accounts, and the batch runs again the usual way
+// (a refund, a capture, another replica or a retry changed something; a key
+// in flight or an account locked elsewhere). What the book holds is never
+// trusted, only checked: it is a guess that saves a round trip when right.
+
+// bookSize bounds the book: past it, the book starts again empty.
+const bookSize = 1 << 16
+
+// book is this process's record of accounts as its batches left them.
+type book struct {
+	mu       sync.Mutex
+	accounts map[chargedb.AccountKey]bookEntry
+	// committed and refused count the batches decided ahead that committed
+	// and that the database refused.
+	committed, refused atomic.Uint64
+}
+
+type bookEntry struct {
+	currency      string
+	balance, held int64
+}
+
+// take returns copies of the accounts of reqs, to decide against, and
+// their states before the batch, to be checked, when the book holds every
+// one with no holds.
+func (b *book) take(reqs []chargedb.KeyedCharge) (map[chargedb.AccountKey]*payment.Account, []payment.Account, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	accounts := make(map[chargedb.AccountKey]*payment.Account, len(reqs))
+	var before []payment.Account
+	for _, r := range reqs {
+		ak := chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}
+		if accounts[ak] != nil {
+			continue
+		}
+		e, ok := b.accounts[ak]
+		if !ok || e.held != 0 {
+			return nil, nil, false
+		}
+		a := payment.Account{MerchantID: ak.Merchant, ID: ak.ID, Currency: e.currency, Balance: e.balance}
+		accounts[ak], before = &a, append(before, a)
+	}
+	return accounts, before, true
+}
+
+// put records accounts as a batch that committed left them.
+func (b *book) put(accounts map[chargedb.AccountKey]*payment.Account) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.accounts == nil || len(b.accounts)+len(accounts) > bookSize {
+		b.accounts = make(map[chargedb.AccountKey]bookEntry)
+	}
+	for ak, a := range accounts {
+		b.accounts[ak] = bookEntry{currency: a.Currency, balance: a.Balance, held: a.Held}
+	}
+}
+
+// forget drops the accounts of reqs: a batch on them failed or was refused,
+// so how they stand is not known here.
+func (b *book) forget(reqs []chargedb.KeyedCharge) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range reqs {
+		delete(b.accounts, chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID})
+	}
+}
+
+// chargeAhead runs reqs as a batch decided ahead when the book holds all
+// their accounts; ok is false when it did not run (the book lacks one) or
+// the database refused it, and then nothing was written.
+func (s *Path) chargeAhead(ctx context.Context, reqs []chargedb.KeyedCharge) (answers []chargeAnswer, ok bool, err error) {
+	accounts, before, ok := s.book.take(reqs)
+	if !ok {
+		return nil, false, nil
+	}
+	n := len(reqs)
+	locks := &chargedb.Locks{
+		KeyHeld: make([]bool, n), Stored: make([]chargedb.StoredKey, n),
+		// PostgreSQL keeps microseconds; Truncate drops the monotonic reading.
+		Now:      time.Now().Truncate(time.Microsecond),
+		Accounts: accounts, Busy: map[chargedb.AccountKey]bool{},
+	}
+	for i := range locks.KeyHeld {
+		locks.KeyHeld[i] = true
+	}
+	answers, decided, w := decideBatch(reqs, locks, s.opts.AuthorizationTTL)
+	storedAt, err := s.db.CommitAhead(ctx, reqs, chargedb.Expected{At: locks.Now, Accounts: before}, &w.Writes)
+	if err != nil {
+		s.book.forget(reqs)
+		if errors.Is(err, chargedb.ErrNotAsExpected) {
+			s.book.refused.Add(1)
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	s.book.committed.Add(1)
+	s.book.put(accounts)
+	for i := range answers {
+		if decided[i] && answers[i].err == nil {
+			answers[i].res.StoredAt = storedAt
+		}
+	}
+	return answers, true, nil
+}
+
+// AheadStats counts the charge batches decided ahead: committed in one round
+// trip, and refused by the database (run again as locked batches).
+func (s *Path) AheadStats() (committed, refused uint64) {
+	return s.book.committed.Load(), s.book.refused.Load()
+}

@@ -1,0 +1,120 @@
+package charging_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
+	"github.com/exactlyonce/payments/internal/idempotency"
+	"github.com/exactlyonce/payments/internal/payment"
+	"github.com/exactlyonce/payments/internal/pgtest"
+)
+
+// TestAheadIsCheckedNotTrusted: a batch decided ahead against this process's
+// book of accounts commits only when the database finds every premise true;
+// when another writer changed the balance, made a hold, or stored the key,
+// the database refuses it, nothing of it is written, and the batch is decided
+// again under its locks, with the answer and the money of a charge run alone.
+func TestAheadIsCheckedNotTrusted(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	s, other := open(t, url), open(t, url) // two replicas
+	merchant, _, err := s.RegisterMerchant(ctx, "ahead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := payment.NewID(), payment.NewID()
+	for _, id := range []uuid.UUID{a, b} {
+		if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 100)`, merchant, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request := func(acct uuid.UUID, amount int64, authorize bool) chargedb.KeyedCharge {
+		var fp idempotency.Fingerprint
+		copy(fp[:], uuid.New().String())
+		return chargedb.KeyedCharge{
+			Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(), Fingerprint: fp},
+			Charge:  payment.NewCharge{AccountID: acct, Amount: amount, Currency: "USD", Authorize: authorize},
+			Render:  render,
+		}
+	}
+	charge := func(step string, req chargedb.KeyedCharge, wantStatus int, wantReplayed bool, wantAhead, wantRefused uint64, wantBalance int64) []byte {
+		t.Helper()
+		got, err := s.RunChargeBatch(ctx, []chargedb.KeyedCharge{req})
+		if err != nil || got[0].Err != nil || got[0].Busy || got[0].InFlight {
+			t.Fatalf("%s: %v %+v", step, err, got)
+		}
+		if got[0].Result.Status != wantStatus || got[0].Result.Replayed != wantReplayed {
+			t.Fatalf("%s: status %d replayed %t, want %d %t", step, got[0].Result.Status, got[0].Result.Replayed, wantStatus, wantReplayed)
+		}
+		if ahead, refused := s.AheadStats(); ahead != wantAhead || refused != wantRefused {
+			t.Fatalf("%s: %d batches committed ahead, %d refused; want %d, %d", step, ahead, refused, wantAhead, wantRefused)
+		}
+		var balance int64
+		if err := s.Pool().QueryRow(ctx, `SELECT balance FROM accounts WHERE merchant_id = $1 AND id = $2`, merchant, req.Charge.AccountID).Scan(&balance); err != nil {
+			t.Fatal(err)
+		}
+		if balance != wantBalance {
+			t.Fatalf("%s: balance %d, want %d", step, balance, wantBalance)
+		}
+		return got[0].Result.Body
+	}
+
+	charge("first charge (locks and reads; the book learns the account)", request(a, 10, false), http.StatusCreated, false, 0, 0, 90)
+	body := charge("second charge (decided ahead)", request(a, 10, false), http.StatusCreated, false, 1, 0, 80)
+	// Its row and its event carry the clock its response says.
+	var c struct {
+		ID        string    `json:"id"`
+		CreatedAt time.Time `json:"created_at"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil {
+		t.Fatal(err)
+	}
+	var rowAt, eventAt time.Time
+	if err := s.Pool().QueryRow(ctx, `
+SELECT c.created_at, e.created_at FROM charges c JOIN events e ON e.merchant_id = c.merchant_id AND e.aggregate_id = c.id
+WHERE c.merchant_id = $1 AND c.id = $2`, merchant, uuid.MustParse(strings.TrimPrefix(c.ID, payment.PrefixCharge))).Scan(&rowAt, &eventAt); err != nil {
+		t.Fatal(err)
+	}
+	if !rowAt.Equal(c.CreatedAt) || !eventAt.Equal(c.CreatedAt) {
+		t.Fatalf("the charge says created_at %v; its row %v, its event %v", c.CreatedAt, rowAt, eventAt)
+	}
+
+	if _, err := s.Pool().Exec(ctx, `UPDATE accounts SET balance = 5 WHERE merchant_id = $1 AND id = $2`, merchant, a); err != nil {
+		t.Fatal(err)
+	}
+	charge("after another writer took the balance to 5 (refused, then decided on 5)", request(a, 10, false), http.StatusPaymentRequired, false, 1, 1, 5)
+	charge("on the balance read under lock (ahead again)", request(a, 3, false), http.StatusCreated, false, 2, 1, 2)
+
+	stored := request(b, 1, false) // another replica stores the key
+	if got, err := other.RunChargeBatch(ctx, []chargedb.KeyedCharge{stored}); err != nil || got[0].Result.Status != http.StatusCreated {
+		t.Fatalf("the other replica's charge: %v %+v", err, got)
+	}
+	stored.Charge.AccountID = a // the same key and fingerprint, on an account the book holds
+	charge("a key another replica stored (refused, then replayed)", stored, http.StatusCreated, true, 2, 2, 2)
+
+	// The replay locked no account, and the refusal made the book forget a.
+	charge("the book learns the account again (locks and reads)", request(a, 1, false), http.StatusCreated, false, 2, 2, 1)
+	if got, err := other.RunChargeBatch(ctx, []chargedb.KeyedCharge{request(a, 1, true)}); err != nil || got[0].Result.Status != http.StatusCreated {
+		t.Fatalf("the other replica's authorization: %v %+v", err, got)
+	}
+	charge("after a hold made elsewhere (refused, then decided on what the hold leaves)", request(a, 1, false), http.StatusPaymentRequired, false, 2, 3, 1)
+	charge("an account with holds is never decided ahead", request(a, 1, false), http.StatusPaymentRequired, false, 2, 3, 1)
+
+	var charges, events, keys int
+	if err := s.Pool().QueryRow(ctx, `
+SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1), (SELECT count(*) FROM events WHERE merchant_id = $1),
+       (SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1)`, merchant).Scan(&charges, &events, &keys); err != nil {
+		t.Fatal(err)
+	}
+	// 10, 10, the failed 10, 3, the other's 1 on b, 1, the other's hold, two failed 1s.
+	if charges != 9 || events != 9 || keys != 9 {
+		t.Fatalf("%d charges, %d events, %d keys; want 9 of each", charges, events, keys)
+	}
+}
