@@ -47,6 +47,12 @@ import (
 //     (succeeded, failed and authorized), events and key rows with their responses written by one
 //     statement over arrays, and COMMIT (chargedb.Tx.Commit).
 //
+// A batch whose accounts this process charged last (all in its book, none
+// with holds) skips step 1: it is decided ahead against the book by the same
+// step 2, and one round trip takes the same locks, checks that every premise
+// of those decisions holds, writes and commits, or writes nothing and the
+// batch runs as above (ahead.go).
+//
 // If a member's own statement fails, the batch is split in halves until that
 // member runs alone (chargeBatch). A member that left waits at most
 // IDEMPOTENCY_WAIT after its batch: 409 for a key still in flight, 503 for a
@@ -56,7 +62,10 @@ import (
 //
 // The clock is the database's: every row and every rendered created_at of a
 // batch is the transaction's now(), except the key rows' created_at, which
-// starts their retention when the responses are stored.
+// starts their retention when the responses are stored. A batch decided
+// ahead carries the service's clock instead, which the database takes only
+// when it lies between a second before the transaction began and the moment
+// of its check, so anything that follows the charge reads a later clock.
 //
 // Lock order, everywhere in the service: an idempotency key's advisory lock
 // (waited for only by a transaction that holds nothing yet), then accounts in
