@@ -66,8 +66,8 @@ func TestLostAcknowledgement(t *testing.T) {
 		broken++
 	}
 	t.Logf("%d rounds: %d acknowledgements and %d commits lost (%d at a COMMIT pipelined with other statements, a charge batch's or a keyed write's, the rest at a COMMIT of its own) "+
-		"of %d key-claiming commits through the proxy; first answers by status %v; %d requests, %d replays",
-		rounds, proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load(), proxy.commits.Load(), losses.firstStatus,
+		"of %d key-claiming commits through the proxy (%d units that failed instead, such as a charge batch decided ahead and refused, passed over); first answers by status %v; %d requests, %d replays",
+		rounds, proxy.acksLost.Load(), proxy.commitsLost.Load(), proxy.atSync.Load(), proxy.commits.Load(), proxy.passedOver.Load(), losses.firstStatus,
 		c.stats.requests.Load(), c.stats.replayed.Load())
 
 	summary{

@@ -38,6 +38,7 @@ type pgProxy struct {
 	commits, acksLost  atomic.Int64 // commit points seen; acknowledgements lost
 	commitsLost, conns atomic.Int64 // commits lost; connections carried
 	atSync             atomic.Int64 // faults at the Sync of a one-statement claim or a pipelined COMMIT
+	passedOver         atomic.Int64 // units of work a lost acknowledgement waited past: they failed, committing nothing
 
 	mu     sync.Mutex
 	ln     net.Listener // nil while cut
@@ -53,6 +54,10 @@ const (
 	noFault fault = iota
 	// loseAck forwards the COMMIT (or Sync), lets the server commit and
 	// answer, and drops the connection before the answer reaches the client.
+	// A unit of work that did not commit (the server answered it with an
+	// error: a charge batch decided ahead that the database refused, say)
+	// has no acknowledgement of a commit to lose: its answer is passed on
+	// and the fault stays armed for the next commit point.
 	loseAck
 	// loseCommit drops the connection instead of forwarding the COMMIT (or
 	// Sync): the server rolls the transaction back.
@@ -193,12 +198,14 @@ func (p *pgProxy) relay(client net.Conn) {
 
 	// Server to client, message by message, noting the transaction status
 	// each ReadyForQuery reports. Once swallowing, nothing more reaches the
-	// client, and answered closes at the next ReadyForQuery: the server has
-	// finished the unit of work, commit included.
+	// client, and at the next ReadyForQuery the server has finished the unit
+	// of work: answered says whether it committed. One that failed (an
+	// ErrorResponse among what was swallowed) committed nothing: what was
+	// held back goes to the client after all, and relaying goes on.
 	var (
 		txStatus atomic.Int32 // 'I' idle, 'T' in a transaction, 'E' failed one
 		swallow  atomic.Bool
-		answered = make(chan struct{})
+		answered = make(chan bool, 1)
 		down     = make(chan struct{})
 	)
 	txStatus.Store('I')
@@ -206,7 +213,10 @@ func (p *pgProxy) relay(client net.Conn) {
 		defer close(down)
 		defer client.Close()
 		r := bufio.NewReader(server)
-		once := sync.Once{}
+		var (
+			held   []byte // swallowed, in case the unit did not commit
+			failed bool   // an ErrorResponse among them
+		)
 		for {
 			msg, err := readMessage(r, true)
 			if err != nil {
@@ -216,10 +226,22 @@ func (p *pgProxy) relay(client net.Conn) {
 				txStatus.Store(int32(msg[5]))
 			}
 			if swallow.Load() {
-				if msg[0] == 'Z' {
-					once.Do(func() { close(answered) })
+				held, failed = append(held, msg...), failed || msg[0] == 'E'
+				if msg[0] != 'Z' {
+					continue
 				}
-				continue
+				verdict := !failed
+				if failed {
+					swallow.Store(false)
+					msg, held, failed = held, nil, false
+				}
+				select {
+				case answered <- verdict:
+				default: // a verdict nobody took yet: the connection is ending
+				}
+				if verdict {
+					continue
+				}
 			}
 			if _, err := client.Write(msg); err != nil {
 				return
@@ -264,11 +286,15 @@ func (p *pgProxy) relay(client net.Conn) {
 			return err == nil
 		}
 	)
-	strike := func(f fault, commit []byte) {
+	// strike carries out f at a commit point, commit the message that
+	// commits (already forwarded when nil). It reports whether it ended the
+	// connection: it does not when the unit of work failed instead of
+	// committing, and then f stays armed for the next commit point.
+	strike := func(f fault, commit []byte) (ended bool) {
 		switch f {
 		case loseAck:
-			if !forward(commit) {
-				return
+			if commit != nil && !forward(commit) {
+				return true
 			}
 			// Only once the server has committed and answered does the
 			// client see its connection end, without the answer. (Were it
@@ -276,7 +302,13 @@ func (p *pgProxy) relay(client net.Conn) {
 			// statement still running, and the server would roll back: a
 			// lost commit, not a lost acknowledgement.)
 			select {
-			case <-answered:
+			case committed := <-answered:
+				if !committed {
+					p.commits.Add(-1)
+					p.passedOver.Add(1)
+					p.fault.Store(int32(loseAck))
+					return false
+				}
 			case <-time.After(5 * time.Second):
 			}
 			p.acksLost.Add(1)
@@ -284,6 +316,7 @@ func (p *pgProxy) relay(client net.Conn) {
 			p.commitsLost.Add(1) // never forwarded: the server rolls back
 		}
 		p.fired <- f
+		return true
 	}
 	for {
 		msg, err := readMessage(r, true)
@@ -341,19 +374,22 @@ func (p *pgProxy) relay(client net.Conn) {
 			}
 		case 'S': // Sync
 			begunHere = false
-			if pipelined {
+			if pipelined || (claimBatch && pending != noFault) {
+				if claimBatch {
+					p.commits.Add(1)
+				}
+				f := pending
+				pipelined, claimBatch, pending = false, false, noFault
 				p.atSync.Add(1)
-				strike(pending, msg)
-				return
+				if strike(f, msg) {
+					return
+				}
+				p.atSync.Add(-1)
+				continue // the Sync went with the strike
 			}
 			if claimBatch {
 				claimBatch = false
 				p.commits.Add(1)
-				if pending != noFault {
-					p.atSync.Add(1)
-					strike(pending, msg)
-					return
-				}
 			}
 		case 'Q': // a simple query: pgx's BEGIN, COMMIT and ROLLBACK
 			query := msg[5:]
@@ -363,8 +399,10 @@ func (p *pgProxy) relay(client net.Conn) {
 					p.commits.Add(1)
 					if f := fault(p.fault.Swap(int32(noFault))); f != noFault {
 						swallow.Store(f == loseAck)
-						strike(f, msg)
-						return
+						if strike(f, msg) {
+							return
+						}
+						continue // the COMMIT went with the strike
 					}
 				}
 			} else if isRollback(query) {

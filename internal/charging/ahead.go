@@ -27,9 +27,17 @@ import (
 // (a refund, a capture, another replica or a retry changed something; a key
 // in flight or an account locked elsewhere). What the book holds is never
 // trusted, only checked: it is a guess that saves a round trip when right.
+// A refusal costs one, so after refusals the book sits out a few batches,
+// twice as many after each refusal in a row (maxBackoff).
 
 // bookSize bounds the book: past it, the book starts again empty.
 const bookSize = 1 << 16
+
+// maxBackoff bounds how many batches in a row run the usual way after
+// refusals: where another writer keeps changing the accounts (replicas
+// charging the same ones, refunds, deposits), the book is mostly wrong, and
+// one batch in maxBackoff+1 then pays for a refusal.
+const maxBackoff = 64
 
 // book is this process's record of accounts as its batches left them.
 type book struct {
@@ -38,6 +46,10 @@ type book struct {
 	// committed and refused count the batches decided ahead that committed
 	// and that the database refused.
 	committed, refused atomic.Uint64
+	// skip is how many batches the book may decide ahead no more run the
+	// usual way instead; each refusal sets it to backoff, doubled (at most
+	// maxBackoff), and a commit ahead sets backoff back to 0.
+	skip, backoff int
 }
 
 type bookEntry struct {
@@ -47,12 +59,17 @@ type bookEntry struct {
 
 // take returns copies of the accounts of reqs, to decide against, and
 // their states before the batch, to be checked, when the book holds every
-// one with no holds.
-func (b *book) take(reqs []chargedb.KeyedCharge) (map[chargedb.AccountKey]*payment.Account, []payment.Account, bool) {
+// one with no holds and no refusal asks to skip this batch.
+func (b *book) take(reqs []chargedb.KeyedCharge) (accounts map[chargedb.AccountKey]*payment.Account, before []payment.Account, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	accounts := make(map[chargedb.AccountKey]*payment.Account, len(reqs))
-	var before []payment.Account
+	defer func() {
+		if ok && b.skip > 0 {
+			b.skip--
+			accounts, before, ok = nil, nil, false
+		}
+	}()
+	accounts = make(map[chargedb.AccountKey]*payment.Account, len(reqs))
 	for _, r := range reqs {
 		ak := chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}
 		if accounts[ak] != nil {
@@ -90,6 +107,20 @@ func (b *book) forget(reqs []chargedb.KeyedCharge) {
 	}
 }
 
+// ended records how a batch decided ahead ended: committed, or refused.
+func (b *book) ended(committed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if committed {
+		b.committed.Add(1)
+		b.backoff = 0
+		return
+	}
+	b.refused.Add(1)
+	b.backoff = min(max(1, 2*b.backoff), maxBackoff)
+	b.skip = b.backoff
+}
+
 // chargeAhead runs reqs as a batch decided ahead when the book holds all
 // their accounts; ok is false when it did not run (the book lacks one) or
 // the database refused it, and then nothing was written.
@@ -113,12 +144,12 @@ func (s *Path) chargeAhead(ctx context.Context, reqs []chargedb.KeyedCharge) (an
 	if err != nil {
 		s.book.forget(reqs)
 		if errors.Is(err, chargedb.ErrNotAsExpected) {
-			s.book.refused.Add(1)
+			s.book.ended(false)
 			return nil, false, nil
 		}
 		return nil, false, err
 	}
-	s.book.committed.Add(1)
+	s.book.ended(true)
 	s.book.put(accounts)
 	for i := range answers {
 		if decided[i] && answers[i].err == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/exactlyonce/payments/internal/charging"
 	"github.com/exactlyonce/payments/internal/charging/chargedb"
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
@@ -86,26 +87,28 @@ WHERE c.merchant_id = $1 AND c.id = $2`, merchant, uuid.MustParse(strings.TrimPr
 		t.Fatalf("the charge says created_at %v; its row %v, its event %v", c.CreatedAt, rowAt, eventAt)
 	}
 
-	if _, err := s.Pool().Exec(ctx, `UPDATE accounts SET balance = 5 WHERE merchant_id = $1 AND id = $2`, merchant, a); err != nil {
+	if _, err := s.Pool().Exec(ctx, `UPDATE accounts SET balance = 50 WHERE merchant_id = $1 AND id = $2`, merchant, a); err != nil {
 		t.Fatal(err)
 	}
-	charge("after another writer took the balance to 5 (refused, then decided on 5)", request(a, 10, false), http.StatusPaymentRequired, false, 1, 1, 5)
-	charge("on the balance read under lock (ahead again)", request(a, 3, false), http.StatusCreated, false, 2, 1, 2)
+	charge("after another writer took the balance to 50 (refused, then decided on 50)", request(a, 60, false), http.StatusPaymentRequired, false, 1, 1, 50)
+	charge("the batch after a refusal (the book sits it out)", request(a, 3, false), http.StatusCreated, false, 1, 1, 47)
+	charge("on the balance read under lock (ahead again)", request(a, 1, false), http.StatusCreated, false, 2, 1, 46)
 
 	stored := request(b, 1, false) // another replica stores the key
 	if got, err := other.RunChargeBatch(ctx, []chargedb.KeyedCharge{stored}); err != nil || got[0].Result.Status != http.StatusCreated {
 		t.Fatalf("the other replica's charge: %v %+v", err, got)
 	}
 	stored.Charge.AccountID = a // the same key and fingerprint, on an account the book holds
-	charge("a key another replica stored (refused, then replayed)", stored, http.StatusCreated, true, 2, 2, 2)
+	charge("a key another replica stored (refused, then replayed)", stored, http.StatusCreated, true, 2, 2, 46)
 
 	// The replay locked no account, and the refusal made the book forget a.
-	charge("the book learns the account again (locks and reads)", request(a, 1, false), http.StatusCreated, false, 2, 2, 1)
-	if got, err := other.RunChargeBatch(ctx, []chargedb.KeyedCharge{request(a, 1, true)}); err != nil || got[0].Result.Status != http.StatusCreated {
+	charge("the book learns the account again (locks and reads)", request(a, 1, false), http.StatusCreated, false, 2, 2, 45)
+	charge("the batch after a refusal (the book sits it out)", request(a, 1, false), http.StatusCreated, false, 2, 2, 44)
+	if got, err := other.RunChargeBatch(ctx, []chargedb.KeyedCharge{request(a, 44, true)}); err != nil || got[0].Result.Status != http.StatusCreated {
 		t.Fatalf("the other replica's authorization: %v %+v", err, got)
 	}
-	charge("after a hold made elsewhere (refused, then decided on what the hold leaves)", request(a, 1, false), http.StatusPaymentRequired, false, 2, 3, 1)
-	charge("an account with holds is never decided ahead", request(a, 1, false), http.StatusPaymentRequired, false, 2, 3, 1)
+	charge("after a hold made elsewhere (refused, then decided on what the hold leaves)", request(a, 1, false), http.StatusPaymentRequired, false, 2, 3, 44)
+	charge("an account with holds is never decided ahead", request(a, 1, false), http.StatusPaymentRequired, false, 2, 3, 44)
 
 	var charges, events, keys int
 	if err := s.Pool().QueryRow(ctx, `
@@ -113,8 +116,60 @@ SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1), (SELECT count(*) F
        (SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1)`, merchant).Scan(&charges, &events, &keys); err != nil {
 		t.Fatal(err)
 	}
-	// 10, 10, the failed 10, 3, the other's 1 on b, 1, the other's hold, two failed 1s.
-	if charges != 9 || events != 9 || keys != 9 {
-		t.Fatalf("%d charges, %d events, %d keys; want 9 of each", charges, events, keys)
+	// 10, 10, the failed 60, 3, 1, the other's 1 on b, 1, 1, the other's hold, two failed 1s.
+	if charges != 11 || events != 11 || keys != 11 {
+		t.Fatalf("%d charges, %d events, %d keys; want 11 of each", charges, events, keys)
+	}
+}
+
+// TestAheadBacksOffFromAnotherWriter: two replicas charging one account in
+// turn each find their book wrong every time, and a refusal costs a round
+// trip, so after refusals the book sits out batches (twice as many after each
+// refusal in a row): 100 charges each pay for a handful of refusals, not for
+// 99, and the money is exact.
+func TestAheadBacksOffFromAnotherWriter(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	s, other := open(t, url), open(t, url)
+	merchant, _, err := s.RegisterMerchant(ctx, "backoff")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct := payment.NewID()
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 1000)`, merchant, acct); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 100
+	for i := range rounds {
+		for _, p := range []interface {
+			RunChargeBatch(context.Context, []chargedb.KeyedCharge) ([]charging.BatchAnswer, error)
+		}{s, other} {
+			var fp idempotency.Fingerprint
+			copy(fp[:], uuid.NewString())
+			req := chargedb.KeyedCharge{
+				Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(), Fingerprint: fp},
+				Charge:  payment.NewCharge{AccountID: acct, Amount: 1, Currency: "USD"},
+				Render:  render,
+			}
+			got, err := p.RunChargeBatch(ctx, []chargedb.KeyedCharge{req})
+			if err != nil || got[0].Err != nil || got[0].Result.Status != http.StatusCreated {
+				t.Fatalf("round %d: %v %+v", i, err, got)
+			}
+		}
+	}
+	var balance int64
+	if err := s.Pool().QueryRow(ctx, `SELECT balance FROM accounts WHERE merchant_id = $1 AND id = $2`, merchant, acct).Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 1000-2*rounds {
+		t.Fatalf("balance %d, want %d", balance, 1000-2*rounds)
+	}
+	for name, p := range map[string]interface{ AheadStats() (uint64, uint64) }{"s": s, "other": other} {
+		committed, refused := p.AheadStats()
+		t.Logf("replica %s: %d batches committed ahead, %d refused", name, committed, refused)
+		if committed != 0 || refused == 0 || refused > 8 {
+			t.Errorf("replica %s: %d batches committed ahead and %d refused; want none committed (the other replica always changed the account) and 1 to 8 refused (backing off), not one a batch",
+				name, committed, refused)
+		}
 	}
 }
