@@ -30,7 +30,8 @@ import (
 // A refusal costs one, so after refusals the book sits out a few batches,
 // twice as many after each refusal in a row (maxBackoff).
 
-// bookSize bounds the book: past it, the book starts again empty.
+// bookSize bounds the book (an entry is about 100 bytes with the map's
+// share): past it, the book starts again empty.
 const bookSize = 1 << 16
 
 // maxBackoff bounds how many batches in a row run the usual way after
@@ -46,8 +47,8 @@ type book struct {
 	// committed and refused count the batches decided ahead that committed
 	// and that the database refused.
 	committed, refused atomic.Uint64
-	// skip is how many batches the book may decide ahead no more run the
-	// usual way instead; each refusal sets it to backoff, doubled (at most
+	// skip is how many of the next batches it could decide ahead run the
+	// usual way instead: each refusal sets it to backoff, doubled (at most
 	// maxBackoff), and a commit ahead sets backoff back to 0.
 	skip, backoff int
 }

@@ -56,7 +56,7 @@ func (s *ChargeDB) CommitAhead(ctx context.Context, reqs []chargedb.KeyedCharge,
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue(planSQL)
-	b.Queue(expectSQL, merchants, keys, accountMerchants, accountIDs, currencies, balances, e.At)
+	b.Queue(s.chargeSQL.expect, merchants, keys, accountMerchants, accountIDs, currencies, balances, e.At)
 	b.Queue(s.chargeSQL.write, args)
 	commitCtx, cancel := s.commitContext(ctx)
 	defer cancel()

@@ -146,10 +146,10 @@ SELECT at FROM stored`
 // chargeStatements are the statements of a charge batch that a benchmark replaces
 // to price the idempotency key (see BenchmarkKeyClaimOverhead).
 type chargeStatements struct {
-	tryLockKeys, lookupKeys, lockAccounts, write string
+	tryLockKeys, lookupKeys, lockAccounts, write, expect string
 }
 
-var defaultChargeStatements = chargeStatements{tryLockKeysSQL, lookupKeysSQL, lockAccountsSQL, writeChargesSQL}
+var defaultChargeStatements = chargeStatements{tryLockKeysSQL, lookupKeysSQL, lockAccountsSQL, writeChargesSQL, expectSQL}
 
 // lockBatch runs a batch's first round trip on conn: BEGIN, the members' key
 // locks, their stored responses and their accounts (see the top of
