@@ -24,17 +24,21 @@ BEGIN
             FROM unnest(key_merchants, keys) AS u(m, k)) THEN
         RAISE EXCEPTION 'a key of the batch is in flight' USING ERRCODE = 'PA001';
     END IF;
-    IF EXISTS (SELECT FROM unnest(key_merchants, keys) AS u(m, k)
-               JOIN idempotency_keys ik ON ik.merchant_id = u.m AND ik.key = u.k) THEN
+    -- Each key and each account is looked up by its primary key from the
+    -- arrays (LATERAL): a function's plans are cached for its connection's
+    -- life, and one made while a table was empty could otherwise scan the
+    -- whole index for every batch once the table is not.
+    IF EXISTS (SELECT FROM unnest(key_merchants, keys) AS u(m, k),
+               LATERAL (SELECT FROM idempotency_keys ik WHERE ik.merchant_id = u.m AND ik.key = u.k LIMIT 1) stored) THEN
         RAISE EXCEPTION 'a key of the batch is stored' USING ERRCODE = 'PA001';
     END IF;
-    SELECT count(*) INTO locked FROM (
-        SELECT FROM accounts a
-        JOIN unnest(account_merchants, account_ids, currencies, balances) AS e(m, id, currency, balance)
-            ON a.merchant_id = e.m AND a.id = e.id
-        WHERE a.currency = e.currency AND a.balance = e.balance AND a.held = 0
-        ORDER BY a.merchant_id, a.id
-        FOR UPDATE OF a SKIP LOCKED) l;
+    -- No lock is waited for (SKIP LOCKED), so the order they are taken in
+    -- cannot deadlock.
+    SELECT count(*) INTO locked
+    FROM unnest(account_merchants, account_ids, currencies, balances) AS e(m, id, currency, balance),
+    LATERAL (SELECT FROM accounts a
+             WHERE a.merchant_id = e.m AND a.id = e.id AND a.currency = e.currency AND a.balance = e.balance AND a.held = 0
+             FOR UPDATE OF a SKIP LOCKED) l;
     IF locked <> cardinality(account_ids) THEN
         RAISE EXCEPTION 'an account of the batch is locked elsewhere or not as recorded' USING ERRCODE = 'PA001';
     END IF;

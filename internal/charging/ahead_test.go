@@ -110,15 +110,25 @@ WHERE c.merchant_id = $1 AND c.id = $2`, merchant, uuid.MustParse(strings.TrimPr
 	charge("after a hold made elsewhere (refused, then decided on what the hold leaves)", request(a, 1, false), http.StatusPaymentRequired, false, 2, 3, 44)
 	charge("an account with holds is never decided ahead", request(a, 1, false), http.StatusPaymentRequired, false, 2, 3, 44)
 
+	charge("b: the book learns it", request(b, 1, false), http.StatusCreated, false, 2, 3, 98)
+	// Two refusals in a row (the stored key, the hold): two batches sit out.
+	charge("b: the first batch the book sits out", request(b, 1, false), http.StatusCreated, false, 2, 3, 97)
+	charge("b: the second", request(b, 1, false), http.StatusCreated, false, 2, 3, 96)
+	if _, err := s.Pool().Exec(ctx, `UPDATE accounts SET currency = 'EUR' WHERE merchant_id = $1 AND id = $2`, merchant, b); err != nil {
+		t.Fatal(err)
+	}
+	charge("b in another currency (refused, then refused as a mismatch)", request(b, 1, false), http.StatusUnprocessableEntity, false, 2, 4, 96)
+
 	var charges, events, keys int
 	if err := s.Pool().QueryRow(ctx, `
 SELECT (SELECT count(*) FROM charges WHERE merchant_id = $1), (SELECT count(*) FROM events WHERE merchant_id = $1),
        (SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1)`, merchant).Scan(&charges, &events, &keys); err != nil {
 		t.Fatal(err)
 	}
-	// 10, 10, the failed 60, 3, 1, the other's 1 on b, 1, 1, the other's hold, two failed 1s.
-	if charges != 11 || events != 11 || keys != 11 {
-		t.Fatalf("%d charges, %d events, %d keys; want 11 of each", charges, events, keys)
+	// 10, 10, the failed 60, 3, 1, the other's 1 on b, 1, 1, the other's
+	// hold, two failed 1s, three 1s on b; and the key of the currency mismatch.
+	if charges != 14 || events != 14 || keys != 15 {
+		t.Fatalf("%d charges, %d events, %d keys; want 14, 14, 15", charges, events, keys)
 	}
 }
 
