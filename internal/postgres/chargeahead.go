@@ -57,8 +57,7 @@ func (s *ChargeDB) CommitAhead(ctx context.Context, reqs []chargedb.KeyedCharge,
 	b := &pgx.Batch{}
 	b.Queue(planSQL)
 	b.Queue(s.chargeSQL.expect, merchants, keys, accountMerchants, accountIDs, currencies, balances, e.At)
-	sql, ordered := positionalQuery(s.chargeSQL.write, args)
-	b.Queue(sql, ordered...)
+	b.Queue(s.chargeSQL.write, args)
 	commitCtx, cancel := s.commitContext(ctx)
 	defer cancel()
 	takeWarning(conn.Conn().PgConn())

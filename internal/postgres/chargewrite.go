@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,8 +34,7 @@ func (s *ChargeDB) writeBatch(ctx context.Context, conn *pgxpool.Conn, w *charge
 		if err != nil {
 			return time.Time{}, err
 		}
-		sql, ordered := positionalQuery(s.chargeSQL.write, args)
-		b.Queue(sql, ordered...)
+		b.Queue(s.chargeSQL.write, args)
 	}
 	if w.ConfirmReplays {
 		b.Queue(confirmSQL)
@@ -137,53 +133,6 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 		"key_merchants": keyMerchants, "keys": keys, "fingerprints": fingerprints, "key_statuses": keyStatuses,
 		"locations": locations, "bodies": bodies, "body_encodings": bodyEncodings,
 	}, nil
-}
-
-// positionalQuery gives sql, written with named arguments (@name), as
-// PostgreSQL takes it ($1, $2, ... in the order the names first appear), and
-// args in that order. pgx rewrites a query with pgx.NamedArgs on every call,
-// parsing its whole text, which a batch of one charge paid in full (a sixth
-// of its time in pgx at one client); this rewrites each text once.
-func positionalQuery(sql string, args pgx.NamedArgs) (string, []any) {
-	p, ok := positionals.Load(sql)
-	if !ok {
-		p, _ = positionals.LoadOrStore(sql, toPositional(sql))
-	}
-	q := p.(positional)
-	out := make([]any, len(q.names))
-	for i, name := range q.names {
-		out[i] = args[name]
-	}
-	return q.sql, out
-}
-
-// positional is a statement's text with $n for its named arguments, and
-// their names by n.
-type positional struct {
-	sql   string
-	names []string
-}
-
-// positionals caches toPositional by statement text (a handful of texts:
-// the charge path's, and a benchmark's variants).
-var positionals sync.Map
-
-var namedArg = regexp.MustCompile(`@([a-z_]+)`)
-
-func toPositional(sql string) positional {
-	var p positional
-	index := map[string]int{}
-	p.sql = namedArg.ReplaceAllStringFunc(sql, func(m string) string {
-		name := m[1:]
-		n, ok := index[name]
-		if !ok {
-			p.names = append(p.names, name)
-			n = len(p.names)
-			index[name] = n
-		}
-		return "$" + strconv.Itoa(n)
-	})
-	return p
 }
 
 // pgUUID gives id the driver's own uuid type, which it sends as 16 bytes;
