@@ -94,10 +94,18 @@ type writes struct {
 }
 
 // decide decides one member's charge against the accounts as the members
-// before it left them, renders its answer, and adds what it writes.
+// before it left them, renders its answer, and adds what it writes. The
+// account is changed only once the member's answer is rendered: one that
+// fails writes nothing, so it takes nothing from what the members after it
+// see.
 func (w *writes) decide(r chargedb.KeyedCharge, accounts map[chargedb.AccountKey]*payment.Account, now time.Time, holdFor time.Duration) (idempotency.Result, error) {
 	ak := chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}
-	c, refused := payment.ChargeAccount(accounts[ak], payment.NewID(), r.Charge, now, holdFor)
+	var after *payment.Account // the account as this member would leave it
+	if a := accounts[ak]; a != nil {
+		copied := *a
+		after = &copied
+	}
+	c, refused := payment.ChargeAccount(after, payment.NewID(), r.Charge, now, holdFor)
 	var payload []byte
 	if refused == nil {
 		var err error
@@ -110,6 +118,7 @@ func (w *writes) decide(r chargedb.KeyedCharge, accounts map[chargedb.AccountKey
 		return idempotency.Result{}, err
 	}
 	if refused == nil {
+		*accounts[ak] = *after
 		w.addCharge(r.Request.MerchantID, c, payload)
 		switch c.Status {
 		case payment.ChargeSucceeded:

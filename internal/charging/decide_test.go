@@ -179,3 +179,27 @@ func TestDecideLeavers(t *testing.T) {
 		t.Errorf("writes %+v; want only the free member's", w.Writes)
 	}
 }
+
+// TestDecideFailedRenderTakesNothing: a member whose answer cannot be
+// rendered fails alone and writes nothing, so the members after it on its
+// account are decided against the balance as if it had never come: its
+// amount is not taken from what they see, nor from the account the batch
+// leaves (which a batch decided ahead records in its book).
+func TestDecideFailedRenderTakesNothing(t *testing.T) {
+	a := usd(100)
+	broken := decideCharge("broken", 1, a.ID, 60)
+	broken.Render = func(payment.Charge, []byte, error) (idempotency.Response, error) {
+		return idempotency.Response{}, errors.New("cannot render")
+	}
+	reqs := []chargedb.KeyedCharge{broken, decideCharge("after", 2, a.ID, 60)}
+	answers, _, w := decideBatch(reqs, locksFor(reqs, a), time.Hour)
+	if answers[0].err == nil {
+		t.Errorf("the broken member: %+v, want its render's error", answers[0])
+	}
+	if answers[1].err != nil || answers[1].res.Status != http.StatusCreated {
+		t.Errorf("the member after it: %+v, want 201 against the whole balance", answers[1])
+	}
+	if a.Balance != 40 || len(w.Debits) != 1 || w.Debits[0].Amount != 60 || len(w.Charges) != 1 || len(w.Keys) != 1 {
+		t.Errorf("balance %d, debits %+v, %d charges, %d keys; want 40, one of 60, 1, 1", a.Balance, w.Debits, len(w.Charges), len(w.Keys))
+	}
+}
