@@ -24,8 +24,8 @@ import (
 // every unit of work that claims an idempotency key: the COMMIT of an explicit
 // transaction (pgx's tx.Commit sends the simple query "commit"; a keyed write
 // pipelines BEGIN with its claim and COMMIT with its last statements), or the Sync
-// after a claim that runs as a statement of its own (the one-statement charge,
-// an implicit transaction that commits there). At that point it can lose the
+// after a claim that runs without BEGIN (a charge batch decided ahead, an
+// implicit transaction that commits there). At that point it can lose the
 // acknowledgement of a commit the server performed, or lose the commit
 // itself. And it can cut the database off entirely, dropping every connection
 // and refusing new ones, then restore it.
