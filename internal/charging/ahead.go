@@ -18,7 +18,8 @@ import (
 // it found it under its lock and left it. When every member's account is in
 // the book with no holds, the batch is decided at once against the book, by
 // the same decideBatch (every key free and stored nowhere, every account as
-// recorded, the service's clock for the batch's), and sent with the check of
+// recorded, the database's clock as this process reads it for the batch's:
+// dbClock), and sent with the check of
 // those premises in one round trip that ends with its commit
 // (chargedb.Store.CommitAhead). The database takes the same locks, waiting
 // for none, and commits only if every premise holds, so the decisions are
@@ -133,14 +134,14 @@ func (s *Path) chargeAhead(ctx context.Context, reqs []chargedb.KeyedCharge) (an
 	n := len(reqs)
 	locks := &chargedb.Locks{
 		KeyHeld: make([]bool, n), Stored: make([]chargedb.StoredKey, n),
-		// PostgreSQL keeps microseconds; Truncate drops the monotonic reading.
-		Now:      time.Now().Truncate(time.Microsecond),
+		Now:      s.clock.now(),
 		Accounts: accounts, Busy: map[chargedb.AccountKey]bool{},
 	}
 	for i := range locks.KeyHeld {
 		locks.KeyHeld[i] = true
 	}
 	answers, decided, w := decideBatch(reqs, locks, s.opts.AuthorizationTTL)
+	sent := s.clock.local()
 	storedAt, err := s.db.CommitAhead(ctx, reqs, chargedb.Expected{At: locks.Now, Accounts: before}, &w.Writes)
 	if err != nil {
 		s.book.forget(reqs)
@@ -150,6 +151,7 @@ func (s *Path) chargeAhead(ctx context.Context, reqs []chargedb.KeyedCharge) (an
 		}
 		return nil, false, err
 	}
+	s.clock.saw(storedAt, sent)
 	s.book.ended(true)
 	s.book.put(accounts)
 	for i := range answers {
@@ -158,6 +160,49 @@ func (s *Path) chargeAhead(ctx context.Context, reqs []chargedb.KeyedCharge) (an
 		}
 	}
 	return answers, true, nil
+}
+
+// dbClock reads the database's clock in this process: a batch decided ahead
+// carries it into its rows, and the database takes it only when it is not
+// after its own (nor more than a second before its transaction began). The
+// hosts' clocks may differ by more than a round trip, so it is this
+// process's clock corrected by the last reading of the database's (a
+// batch's transaction clock, or the moment its responses were stored): that
+// reading, taken at some moment between sending and receiving, is set
+// against the moment the answer arrived, so the corrected clock trails the
+// database's by up to a round trip, never leads it (while neither clock
+// jumps).
+type dbClock struct {
+	offset   atomic.Int64     // nanoseconds the database's clock is ahead of this process's
+	localNow func() time.Time // time.Now; a test's skewed clock
+}
+
+// now is the database's clock as this process reads it, in microseconds
+// as PostgreSQL keeps them (Truncate also drops the monotonic reading).
+func (c *dbClock) now() time.Time {
+	return c.local().Add(time.Duration(c.offset.Load())).Truncate(time.Microsecond)
+}
+
+// saw records a reading of the database's clock taken in a round trip sent
+// at sent (this process's clock) that has just ended. A round trip longer
+// than clockReadingWithin (a wait for locks, for the standby) is passed
+// over: the corrected clock would trail by all of it.
+func (c *dbClock) saw(db, sent time.Time) {
+	received := c.local()
+	if !db.IsZero() && received.Sub(sent) <= clockReadingWithin {
+		c.offset.Store(int64(db.Sub(received)))
+	}
+}
+
+// clockReadingWithin is the longest round trip whose reading of the
+// database's clock is kept.
+const clockReadingWithin = 100 * time.Millisecond
+
+func (c *dbClock) local() time.Time {
+	if c.localNow != nil {
+		return c.localNow()
+	}
+	return time.Now()
 }
 
 // AheadStats counts the charge batches decided ahead: committed in one round

@@ -183,3 +183,57 @@ func TestAheadBacksOffFromAnotherWriter(t *testing.T) {
 		}
 	}
 }
+
+// TestAheadTakesTheDatabasesClock: a batch decided ahead carries the
+// database's clock as this process last read it, not its host's, so a
+// service whose host's clock is seconds ahead of the database's (or behind
+// it) still decides ahead, and its charges' created_at lies between the
+// database's clock before and after the charge.
+func TestAheadTakesTheDatabasesClock(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	for _, skew := range []time.Duration{3 * time.Second, -3 * time.Second} {
+		s := open(t, url)
+		s.SkewClock(skew)
+		merchant, _, err := s.RegisterMerchant(ctx, "clock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		acct := payment.NewID()
+		if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 100)`, merchant, acct); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			var before, after time.Time
+			if err := s.Pool().QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			var fp idempotency.Fingerprint
+			copy(fp[:], uuid.NewString())
+			got, err := s.RunChargeBatch(ctx, []chargedb.KeyedCharge{{
+				Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(), Fingerprint: fp},
+				Charge:  payment.NewCharge{AccountID: acct, Amount: 1, Currency: "USD"},
+				Render:  render,
+			}})
+			if err != nil || got[0].Err != nil || got[0].Result.Status != http.StatusCreated {
+				t.Fatalf("skew %v, charge %d: %v %+v", skew, i, err, got)
+			}
+			if err := s.Pool().QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&after); err != nil {
+				t.Fatal(err)
+			}
+			var c struct {
+				CreatedAt time.Time `json:"created_at"`
+			}
+			if err := json.Unmarshal(got[0].Result.Body, &c); err != nil {
+				t.Fatal(err)
+			}
+			if c.CreatedAt.Before(before.Add(-time.Second)) || c.CreatedAt.After(after) {
+				t.Errorf("skew %v, charge %d: created_at %v, want between %v (less a second) and %v, the database's clock around it",
+					skew, i, c.CreatedAt, before, after)
+			}
+		}
+		if ahead, refused := s.AheadStats(); ahead != 2 || refused != 0 {
+			t.Errorf("skew %v: %d batches committed ahead, %d refused; want the 2 after the first, none refused", skew, ahead, refused)
+		}
+	}
+}

@@ -63,7 +63,8 @@ import (
 // The clock is the database's: every row and every rendered created_at of a
 // batch is the transaction's now(), except the key rows' created_at, which
 // starts their retention when the responses are stored. A batch decided
-// ahead carries the service's clock instead, which the database takes only
+// ahead carries the database's clock as this process reads it (ahead.go,
+// dbClock) instead, which the database takes only
 // when it lies between a second before the transaction began and the moment
 // of its check, so anything that follows the charge reads a later clock.
 //
@@ -139,8 +140,10 @@ type Path struct {
 	// key in flight or a locked account (wait.go): at most Options.Waiters.
 	waiters chan struct{}
 	// book records accounts as this process's batches left them, to decide
-	// batches ahead (ahead.go).
-	book book
+	// batches ahead, and clock reads the database's clock for them
+	// (ahead.go).
+	book  book
+	clock dbClock
 }
 
 // New returns the charge path over db; its batcher starts at once.
@@ -345,11 +348,13 @@ func (s *Path) chargeTx(ctx context.Context, reqs []chargedb.KeyedCharge, mode c
 			return answers, err
 		}
 	}
+	sent := s.clock.local()
 	tx, locks, err := s.db.Lock(ctx, reqs, mode)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Close()
+	s.clock.saw(locks.Now, sent)
 	answers, decided, w := decideBatch(reqs, locks, s.opts.AuthorizationTTL)
 	storedAt, err := tx.Commit(ctx, &w.Writes)
 	if err != nil {

@@ -46,3 +46,9 @@ func (s *Path) StallChargeBatches() (release func()) {
 	var once sync.Once
 	return func() { once.Do(func() { close(stall) }) }
 }
+
+// SkewClock makes this process's clock read d off the real one, as a host
+// whose clock differs from the database's; call it before any charge.
+func (s *Path) SkewClock(d time.Duration) {
+	s.clock.localNow = func() time.Time { return time.Now().Add(d) }
+}
