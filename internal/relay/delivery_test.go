@@ -366,9 +366,10 @@ func (e *env) startConsumer(log *slog.Logger) *consumer.Consumer {
 // than the retention go, in bounded batches; unpublished and recent ones stay.
 func TestPublishedEventsArePrunedAfterRetention(t *testing.T) {
 	e := setup(t)
-	// The relays' own log, shown if the test fails: it failed in CI three
-	// times, with the old events gone and neither relay counting a prune,
-	// which only an error after the delete committed seems to explain.
+	// The relays' own log, shown if the test fails: it failed in CI four
+	// times (the fourth at 96e7579, 2026-12-06), with the old events gone and
+	// neither relay counting a prune, which only an error after the delete
+	// committed seems to explain; the second relay's Run error is shown too.
 	var logs testkit.LogBuffer
 	e.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	acct := e.account(1000)
@@ -388,7 +389,7 @@ WHERE id IN (SELECT id FROM events ORDER BY tx_id, seq LIMIT 5)`); err != nil {
 	}
 	e.charge(acct, 1) // one more, unpublished until the next relay runs
 
-	r, _ := e.startRelay()
+	r, stopSecond := e.startRelay()
 	defer func() {
 		if t.Failed() { // what the relays got to (it failed in CI twice, on 2026-12-06 with the old events gone and none pruned by this relay)
 			t.Logf("the relay: leader %t, published %d, duplicates %d, pruned %d (the first relay: published %d, pruned %d); "+
@@ -398,6 +399,7 @@ WHERE id IN (SELECT id FROM events ORDER BY tx_id, seq LIMIT 5)`); err != nil {
 				e.count(`SELECT count(*) FROM events`), e.count(`SELECT count(*) FROM unpublished_events`),
 				e.count(`SELECT count(*) FROM events WHERE created_at < now() - interval '30 days'`))
 			t.Logf("the relays' log:\n%s", logs.Tail(4000))
+			t.Logf("the second relay's Run returned: %v", stopSecond())
 		}
 	}()
 	e.waitUntil("the old events are pruned", func() bool { return r.Stats.Pruned.Load() == 5 })
