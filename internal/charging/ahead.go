@@ -73,7 +73,7 @@ func (b *book) take(reqs []chargedb.KeyedCharge) (accounts map[chargedb.AccountK
 	}()
 	accounts = make(map[chargedb.AccountKey]*payment.Account, len(reqs))
 	for _, r := range reqs {
-		ak := chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}
+		ak := r.Account()
 		if accounts[ak] != nil {
 			continue
 		}
@@ -105,7 +105,7 @@ func (b *book) forget(reqs []chargedb.KeyedCharge) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, r := range reqs {
-		delete(b.accounts, chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID})
+		delete(b.accounts, r.Account())
 	}
 }
 

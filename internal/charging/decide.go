@@ -37,7 +37,7 @@ func decideBatch(reqs []chargedb.KeyedCharge, locks *chargedb.Locks, holdFor tim
 		case seen: // j's answer is final: it was decided above
 			answers[i] = sameKey(r.Request, reqs[j].Request, answers[j])
 			decided[i] = true
-		case locks.Busy[chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}]:
+		case locks.Busy[r.Account()]:
 			first[id] = i
 			answers[i].busy = true
 		default:
@@ -99,7 +99,7 @@ type writes struct {
 // fails writes nothing, so it takes nothing from what the members after it
 // see.
 func (w *writes) decide(r chargedb.KeyedCharge, accounts map[chargedb.AccountKey]*payment.Account, now time.Time, holdFor time.Duration) (idempotency.Result, error) {
-	ak := chargedb.AccountKey{Merchant: r.Request.MerchantID, ID: r.Charge.AccountID}
+	ak := r.Account()
 	var after *payment.Account // the account as this member would leave it
 	if a := accounts[ak]; a != nil {
 		copied := *a

@@ -56,7 +56,7 @@ func (s *Path) formBusyGroups(reqs []chargedb.KeyedCharge, answers []chargeAnswe
 		if !a.busy {
 			continue
 		}
-		ak := chargedb.AccountKey{Merchant: reqs[i].Request.MerchantID, ID: reqs[i].Charge.AccountID}
+		ak := reqs[i].Account()
 		g := groups[ak]
 		if g == nil {
 			if groups == nil {

@@ -333,7 +333,7 @@ func findBusy(ctx context.Context, conn *pgxpool.Conn, reqs []chargedb.KeyedChar
 	var merchants, ids []pgtype.UUID
 	seen := make(map[chargedb.AccountKey]bool)
 	for i, req := range reqs {
-		ak := chargedb.AccountKey{Merchant: req.Request.MerchantID, ID: req.Charge.AccountID}
+		ak := req.Account()
 		if !r.KeyHeld[i] || (r.Stored[i].Found && !r.Stored[i].Expired) || r.Accounts[ak] != nil || seen[ak] {
 			continue
 		}

@@ -169,3 +169,8 @@ type KeyedCharge struct {
 	Charge  payment.NewCharge
 	Render  Renderer
 }
+
+// Account names the account the charge is on.
+func (k KeyedCharge) Account() AccountKey {
+	return AccountKey{Merchant: k.Request.MerchantID, ID: k.Charge.AccountID}
+}
