@@ -62,16 +62,11 @@ type bookEntry struct {
 // take returns copies of the accounts of reqs, to decide against, and
 // their states before the batch, to be checked, when the book holds every
 // one with no holds and no refusal asks to skip this batch.
-func (b *book) take(reqs []chargedb.KeyedCharge) (accounts map[chargedb.AccountKey]*payment.Account, before []payment.Account, ok bool) {
+func (b *book) take(reqs []chargedb.KeyedCharge) (map[chargedb.AccountKey]*payment.Account, []payment.Account, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	defer func() {
-		if ok && b.skip > 0 {
-			b.skip--
-			accounts, before, ok = nil, nil, false
-		}
-	}()
-	accounts = make(map[chargedb.AccountKey]*payment.Account, len(reqs))
+	accounts := make(map[chargedb.AccountKey]*payment.Account, len(reqs))
+	var before []payment.Account
 	for _, r := range reqs {
 		ak := r.Account()
 		if accounts[ak] != nil {
@@ -83,6 +78,10 @@ func (b *book) take(reqs []chargedb.KeyedCharge) (accounts map[chargedb.AccountK
 		}
 		a := payment.Account{MerchantID: ak.Merchant, ID: ak.ID, Currency: e.currency, Balance: e.balance}
 		accounts[ak], before = &a, append(before, a)
+	}
+	if b.skip > 0 { // a batch it could decide ahead, sat out after refusals
+		b.skip--
+		return nil, nil, false
 	}
 	return accounts, before, true
 }
