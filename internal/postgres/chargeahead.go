@@ -58,19 +58,20 @@ func (s *ChargeDB) CommitAhead(ctx context.Context, reqs []chargedb.KeyedCharge,
 	b.Queue(planSQL)
 	b.Queue(s.chargeSQL.expect, merchants, keys, accountMerchants, accountIDs, currencies, balances, e.At)
 	b.Queue(s.chargeSQL.write, args)
-	commitCtx, cancel := s.commitContext(ctx)
-	defer cancel()
-	takeWarning(conn.Conn().PgConn())
-	storedAt, err := readAhead(conn.SendBatch(commitCtx, b))
+	var storedAt time.Time
+	err = s.durably(ctx, conn.Conn().PgConn(), func(commitCtx context.Context) (err error) {
+		storedAt, err = readAhead(conn.SendBatch(commitCtx, b))
+		switch {
+		case hasCode(err, codeNotAsExpected):
+			return fmt.Errorf("%w: %w", chargedb.ErrNotAsExpected, err)
+		case err != nil:
+			return chargeErr(fmt.Errorf("write charges decided ahead: %w", err))
+		}
+		return nil
+	})
 	s.transactionEnded()
-	switch {
-	case hasCode(err, codeNotAsExpected):
-		return time.Time{}, fmt.Errorf("%w: %w", chargedb.ErrNotAsExpected, err)
-	case err != nil:
-		return time.Time{}, chargeErr(fmt.Errorf("write charges decided ahead: %w", err))
-	}
-	if warning := takeWarning(conn.Conn().PgConn()); warning != nil {
-		return time.Time{}, errNotConfirmed(warning)
+	if err != nil {
+		return time.Time{}, err
 	}
 	if len(w.Charges) > 0 {
 		s.eventsCommitted()

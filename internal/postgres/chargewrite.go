@@ -40,17 +40,14 @@ func (s *ChargeDB) writeBatch(ctx context.Context, conn *pgxpool.Conn, w *charge
 		b.Queue(confirmSQL)
 	}
 	b.Queue("COMMIT")
-	commitCtx, cancel := s.commitContext(ctx)
-	defer cancel()
-	takeWarning(conn.Conn().PgConn())
-	storedAt, err := readWrites(conn.SendBatch(commitCtx, b), w)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("write charges: %w", err)
-	}
-	if warning := takeWarning(conn.Conn().PgConn()); warning != nil {
-		return time.Time{}, errNotConfirmed(warning)
-	}
-	return storedAt, nil
+	var storedAt time.Time
+	err := s.durably(ctx, conn.Conn().PgConn(), func(commitCtx context.Context) (err error) {
+		if storedAt, err = readWrites(conn.SendBatch(commitCtx, b), w); err != nil {
+			return fmt.Errorf("write charges: %w", err)
+		}
+		return nil
+	})
+	return storedAt, err
 }
 
 // readWrites reads the answers of writeBatch's round trip.

@@ -148,6 +148,23 @@ func (s *db) commitContext(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.CommitWait)
 }
 
+// durably runs commit, the round trip on pg that ends with a commit, as this
+// file says of every commit: on commitContext, not ctx, and a WARNING during
+// it (a cancelled wait for the standby) makes its outcome unknown
+// (errNotConfirmed). commit's own error is returned as it is.
+func (s *db) durably(ctx context.Context, pg *pgconn.PgConn, commit func(commitCtx context.Context) error) error {
+	commitCtx, cancel := s.commitContext(ctx)
+	defer cancel()
+	takeWarning(pg)
+	if err := commit(commitCtx); err != nil {
+		return err
+	}
+	if n := takeWarning(pg); n != nil {
+		return errNotConfirmed(n)
+	}
+	return nil
+}
+
 // confirm runs sql, confirmTxSQL (or a test's stand-in for it), on c: it
 // returns once everything committed before it was called is on the
 // synchronous standby, if there is one, or payment.ErrUnavailable when that is

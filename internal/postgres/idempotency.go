@@ -268,25 +268,15 @@ func (t *keyTx) Confirm(context.Context) error {
 // request's context and confirmed by the synchronous standby, if any
 // (durable.go).
 func (t *keyTx) Commit(ctx context.Context) error {
-	commitCtx, cancel := t.db.commitContext(ctx)
-	defer cancel()
-	pg := t.conn.Conn().PgConn()
-	takeWarning(pg)
-	var err error
-	if t.tx != nil && len(t.deferred) == 0 {
-		err = t.tx.Commit(commitCtx)
-	} else {
-		err = t.commitDeferred(commitCtx)
-	}
+	err := t.db.durably(ctx, t.conn.Conn().PgConn(), func(commitCtx context.Context) error {
+		if t.tx != nil && len(t.deferred) == 0 {
+			return keyError(t.tx.Commit(commitCtx))
+		}
+		return keyError(t.commitDeferred(commitCtx))
+	})
 	t.done = true
 	t.db.transactionEnded()
-	if err != nil {
-		return keyError(err)
-	}
-	if n := takeWarning(pg); n != nil {
-		return errNotConfirmed(n)
-	}
-	return nil
+	return err
 }
 
 // commitDeferred sends the deferred statements and COMMIT at once. On an

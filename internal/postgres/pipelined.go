@@ -48,27 +48,19 @@ func (s *db) pipelinedOnce(ctx context.Context, stmts []*pgx.QueuedQuery, read f
 	defer s.transactionEnded()
 	// The pipeline ends with the commit: the request's context must not
 	// cancel it (durable.go).
-	commitCtx, cancel := s.commitContext(ctx)
-	defer cancel()
-	pg := conn.Conn().PgConn()
-	takeWarning(pg)
-	begin := &pgx.QueuedQuery{SQL: "BEGIN"}
-	err = execThenCommit(commitCtx, conn, slices.Concat([]*pgx.QueuedQuery{begin}, stmts), func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
+	return s.durably(ctx, conn.Conn().PgConn(), func(commitCtx context.Context) error {
+		begin := &pgx.QueuedQuery{SQL: "BEGIN"}
+		err := execThenCommit(commitCtx, conn, slices.Concat([]*pgx.QueuedQuery{begin}, stmts), func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			return read(br)
+		})
+		if rolledBack(ctx, conn) && err == nil {
+			err = errors.New("pipelined transaction left open")
 		}
-		return read(br)
-	})
-	if rolledBack(ctx, conn) && err == nil {
-		err = errors.New("pipelined transaction left open")
-	}
-	if err != nil {
 		return err
-	}
-	if n := takeWarning(pg); n != nil {
-		return errNotConfirmed(n)
-	}
-	return nil
+	})
 }
 
 // execThenCommit sends stmts and COMMIT on conn at once; read reads the

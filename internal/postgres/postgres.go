@@ -377,16 +377,7 @@ func (s *db) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 		_ = tx.Rollback(rollbackCtx) // if it fails, Release closes the connection
 		return err
 	}
-	commitCtx, cancel := s.commitContext(ctx)
-	defer cancel()
-	takeWarning(conn.Conn().PgConn())
-	if err := tx.Commit(commitCtx); err != nil {
-		return err
-	}
-	if n := takeWarning(conn.Conn().PgConn()); n != nil {
-		return errNotConfirmed(n)
-	}
-	return nil
+	return s.durably(ctx, conn.Conn().PgConn(), func(commitCtx context.Context) error { return tx.Commit(commitCtx) })
 }
 
 // acquire takes a pooled connection, waiting at most AcquireWait for one: a
