@@ -37,13 +37,9 @@ func TestAheadIsCheckedNotTrusted(t *testing.T) {
 		}
 	}
 	request := func(acct uuid.UUID, amount int64, authorize bool) chargedb.KeyedCharge {
-		var fp idempotency.Fingerprint
-		copy(fp[:], uuid.New().String())
-		return chargedb.KeyedCharge{
-			Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(), Fingerprint: fp},
-			Charge:  payment.NewCharge{AccountID: acct, Amount: amount, Currency: "USD", Authorize: authorize},
-			Render:  render,
-		}
+		req := freshCharge(merchant, acct, amount)
+		req.Charge.Authorize = authorize
+		return req
 	}
 	charge := func(step string, req chargedb.KeyedCharge, wantStatus int, wantReplayed bool, wantAhead, wantRefused uint64, wantBalance int64) []byte {
 		t.Helper()
@@ -154,14 +150,7 @@ func TestAheadBacksOffFromAnotherWriter(t *testing.T) {
 		for _, p := range []interface {
 			RunChargeBatch(context.Context, []chargedb.KeyedCharge) ([]charging.BatchAnswer, error)
 		}{s, other} {
-			var fp idempotency.Fingerprint
-			copy(fp[:], uuid.NewString())
-			req := chargedb.KeyedCharge{
-				Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(), Fingerprint: fp},
-				Charge:  payment.NewCharge{AccountID: acct, Amount: 1, Currency: "USD"},
-				Render:  render,
-			}
-			got, err := p.RunChargeBatch(ctx, []chargedb.KeyedCharge{req})
+			got, err := p.RunChargeBatch(ctx, []chargedb.KeyedCharge{freshCharge(merchant, acct, 1)})
 			if err != nil || got[0].Err != nil || got[0].Result.Status != http.StatusCreated {
 				t.Fatalf("round %d: %v %+v", i, err, got)
 			}
@@ -208,13 +197,7 @@ func TestAheadTakesTheDatabasesClock(t *testing.T) {
 			if err := s.Pool().QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&before); err != nil {
 				t.Fatal(err)
 			}
-			var fp idempotency.Fingerprint
-			copy(fp[:], uuid.NewString())
-			got, err := s.RunChargeBatch(ctx, []chargedb.KeyedCharge{{
-				Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(), Fingerprint: fp},
-				Charge:  payment.NewCharge{AccountID: acct, Amount: 1, Currency: "USD"},
-				Render:  render,
-			}})
+			got, err := s.RunChargeBatch(ctx, []chargedb.KeyedCharge{freshCharge(merchant, acct, 1)})
 			if err != nil || got[0].Err != nil || got[0].Result.Status != http.StatusCreated {
 				t.Fatalf("skew %v, charge %d: %v %+v", skew, i, err, got)
 			}
@@ -235,5 +218,17 @@ func TestAheadTakesTheDatabasesClock(t *testing.T) {
 		if ahead, refused := s.AheadStats(); ahead != 2 || refused != 0 {
 			t.Errorf("skew %v: %d batches committed ahead, %d refused; want the 2 after the first, none refused", skew, ahead, refused)
 		}
+	}
+}
+
+// freshCharge is a charge of amount USD on acct under a new key, with a
+// fingerprint of its own.
+func freshCharge(merchant, acct uuid.UUID, amount int64) chargedb.KeyedCharge {
+	var fp idempotency.Fingerprint
+	copy(fp[:], uuid.NewString())
+	return chargedb.KeyedCharge{
+		Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(), Fingerprint: fp},
+		Charge:  payment.NewCharge{AccountID: acct, Amount: amount, Currency: "USD"},
+		Render:  render,
 	}
 }
