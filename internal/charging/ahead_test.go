@@ -30,12 +30,7 @@ func TestAheadIsCheckedNotTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := payment.NewID(), payment.NewID()
-	for _, id := range []uuid.UUID{a, b} {
-		if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 100)`, merchant, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b := usdAccount(t, s, merchant, 100), usdAccount(t, s, merchant, 100)
 	request := func(acct uuid.UUID, amount int64, authorize bool) chargedb.KeyedCharge {
 		req := freshCharge(merchant, acct, amount)
 		req.Charge.Authorize = authorize
@@ -141,10 +136,7 @@ func TestAheadBacksOffFromAnotherWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acct := payment.NewID()
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 1000)`, merchant, acct); err != nil {
-		t.Fatal(err)
-	}
+	acct := usdAccount(t, s, merchant, 1000)
 	const rounds = 100
 	for i := range rounds {
 		for _, p := range []interface {
@@ -188,10 +180,7 @@ func TestAheadTakesTheDatabasesClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		acct := payment.NewID()
-		if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 100)`, merchant, acct); err != nil {
-			t.Fatal(err)
-		}
+		acct := usdAccount(t, s, merchant, 100)
 		for i := range 3 {
 			var before, after time.Time
 			if err := s.Pool().QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&before); err != nil {

@@ -27,12 +27,7 @@ func chargeFixture(t *testing.T, opts postgres.Options) (s testkit.Service, url 
 	if merchant, _, err = s.RegisterMerchant(ctx, t.Name()); err != nil {
 		t.Fatal(err)
 	}
-	account = payment.NewID()
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 10000)`,
-		merchant, account); err != nil {
-		t.Fatal(err)
-	}
-	return s, url, merchant, account
+	return s, url, merchant, usdAccount(t, s, merchant, 10000)
 }
 
 func newCharge(merchant, account uuid.UUID, amount int64) chargedb.KeyedCharge {

@@ -41,11 +41,7 @@ func TestUnconfirmedCommitIsNotAcknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	account := payment.NewID()
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', 1000)`,
-		merchant, account); err != nil {
-		t.Fatal(err)
-	}
+	account := usdAccount(t, s, merchant, 1000)
 	if _, err := s.Pool().Exec(ctx, warnAtCommitSQL); err != nil {
 		t.Fatal(err)
 	}

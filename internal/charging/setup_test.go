@@ -1,11 +1,14 @@
 package charging_test
 
 import (
+	"context"
 	"testing"
 
+	"github.com/google/uuid"
 	"go.uber.org/goleak"
 
 	"github.com/exactlyonce/payments/internal/charging"
+	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/testkit"
@@ -24,4 +27,16 @@ func open(t *testing.T, url string) testkit.Service {
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	return testkit.OpenService(t, url, postgres.Options{}, charging.Options{})
+}
+
+// usdAccount inserts an account of merchant holding balance USD and returns
+// its id.
+func usdAccount(t *testing.T, s testkit.Service, merchant uuid.UUID, balance int64) uuid.UUID {
+	t.Helper()
+	id := payment.NewID()
+	if _, err := s.Pool().Exec(context.Background(), `INSERT INTO accounts (merchant_id, id, currency, balance) VALUES ($1, $2, 'USD', $3)`,
+		merchant, id, balance); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
