@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/payments/internal/idempotency"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/testkit"
 )
 
 // TestAheadIsCheckedNotTrusted: a batch decided ahead against this process's
@@ -219,5 +220,81 @@ func freshCharge(merchant, acct uuid.UUID, amount int64) chargedb.KeyedCharge {
 		Request: idempotency.Request{MerchantID: merchant, Key: uuid.NewString(), Fingerprint: fp},
 		Charge:  payment.NewCharge{AccountID: acct, Amount: amount, Currency: "USD"},
 		Render:  render,
+	}
+}
+
+// TestAheadWaitsForNoLockHeldElsewhere: the statement that writes a batch
+// decided ahead updates its accounts and takes its keys' locks itself, so
+// where another transaction holds an account's row or a key's lock it must
+// not wait for that transaction to end. Each holder here stays open until
+// the batch has answered: the batch is refused (its wait cut short, or the
+// key found in flight), writes nothing, and runs the usual way, which finds
+// the account busy or the key in flight, and the money does not move.
+func TestAheadWaitsForNoLockHeldElsewhere(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a batch that waited for its holder would wait for good
+	defer cancel()
+	url := pgtest.NewDatabase(t)
+	s := open(t, url)
+	merchant, _, err := s.RegisterMerchant(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct := usdAccount(t, s, merchant, 100)
+	run := func(step string, req chargedb.KeyedCharge, wantAhead, wantRefused uint64) charging.BatchAnswer {
+		t.Helper()
+		got, err := s.RunChargeBatch(ctx, []chargedb.KeyedCharge{req})
+		if err != nil || got[0].Err != nil {
+			t.Fatalf("%s: %v %+v", step, err, got)
+		}
+		if ahead, refused := s.AheadStats(); ahead != wantAhead || refused != wantRefused {
+			t.Fatalf("%s: %d batches committed ahead, %d refused; want %d, %d", step, ahead, refused, wantAhead, wantRefused)
+		}
+		return got[0]
+	}
+	// hold begins a transaction on a connection of its own that takes lock
+	// and keeps it until release.
+	hold := func(lock string, args ...any) (release func()) {
+		t.Helper()
+		tx, err := testkit.Connect(t, url).Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, lock, args...); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	run("the book learns the account", freshCharge(merchant, acct, 1), 0, 0)
+	release := hold(`SELECT FROM accounts WHERE merchant_id = $1 AND id = $2 FOR UPDATE`, merchant, acct)
+	if got := run("the account's row held elsewhere (refused, then busy)", freshCharge(merchant, acct, 1), 0, 1); !got.Busy {
+		t.Fatalf("the account's row held elsewhere: %+v, want the member busy", got)
+	}
+	release()
+	run("the book learns the account again", freshCharge(merchant, acct, 1), 0, 1)
+	run("the batch after a refusal (the book sits it out)", freshCharge(merchant, acct, 1), 0, 1)
+	run("ahead again", freshCharge(merchant, acct, 1), 1, 1)
+
+	inFlight := freshCharge(merchant, acct, 1)
+	release = hold(`SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || $2, 0))`, merchant, inFlight.Request.Key)
+	if got := run("its key's lock held elsewhere (refused, then in flight)", inFlight, 1, 2); !got.InFlight {
+		t.Fatalf("its key's lock held elsewhere: %+v, want the member in flight", got)
+	}
+	release()
+
+	var balance int64
+	var charges, keys int
+	if err := s.Pool().QueryRow(ctx, `
+SELECT (SELECT balance FROM accounts WHERE merchant_id = $1 AND id = $2),
+       (SELECT count(*) FROM charges WHERE merchant_id = $1), (SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1)`,
+		merchant, acct).Scan(&balance, &charges, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 96 || charges != 4 || keys != 4 {
+		t.Fatalf("balance %d, %d charges, %d keys; want 96, 4, 4 (the charges whose batches committed)", balance, charges, keys)
 	}
 }

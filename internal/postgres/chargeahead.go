@@ -17,16 +17,27 @@ import (
 // COMMIT: a refused batch leaves its connection as it found it, at no further
 // round trip.
 //
-//  1. planSQL, as for every batch;
-//  2. expectSQL (migration 0029): the keys' advisory locks and the accounts'
-//     rows, taken without waiting, and the check that nothing the batch was
-//     decided against has changed, or PA001;
-//  3. writeChargesSQL, the same writes a locked batch makes.
+//  1. planAheadSQL: planSQL's settings, and a lock_timeout that ends any
+//     wait for a row or key another transaction holds;
+//  2. writeAheadSQL: the batch's writes and the check of every premise it
+//     was decided on, in one statement, or a refusal.
 
 const (
-	expectSQL = `SELECT payments_charge_batch_expect($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[], $7::timestamptz)`
+	planAheadSQL = `
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('lock_timeout', '` + aheadLockTimeout + `', true)`
 
-	// codeNotAsExpected is payments_charge_batch_expect's refusal.
+	// aheadLockTimeout bounds how long a batch decided ahead waits for an
+	// account row or a key another transaction holds before it is refused
+	// and runs the usual way, which waits for no lock. An UPDATE cannot skip
+	// a locked row as SELECT ... SKIP LOCKED does, and locking each row
+	// before updating it would cost a second write of it; a holder that is
+	// charging the account changes its balance anyway, so a longer wait
+	// would mostly end in a refusal too.
+	aheadLockTimeout = "1ms"
+
+	// codeNotAsExpected is payments_charge_batch_refused's error.
 	codeNotAsExpected = "PA001"
 )
 
@@ -39,14 +50,8 @@ func (s *ChargeDB) CommitAhead(ctx context.Context, reqs []chargedb.KeyedCharge,
 	if err != nil {
 		return time.Time{}, err
 	}
-	n, a := len(reqs), len(e.Accounts)
-	merchants, keys := make([]pgtype.UUID, n), make([]string, n)
-	for i, r := range reqs {
-		merchants[i], keys[i] = pgUUID(r.Request.MerchantID), r.Request.Key
-	}
-	accountMerchants, accountIDs, currencies, balances := make([]pgtype.UUID, a), make([]pgtype.UUID, a), make([]string, a), make([]int64, a)
-	for i, acct := range e.Accounts {
-		accountMerchants[i], accountIDs[i], currencies[i], balances[i] = pgUUID(acct.MerchantID), pgUUID(acct.ID), acct.Currency, acct.Balance
+	if err := expectedArgs(args, e, w); err != nil {
+		return time.Time{}, err
 	}
 
 	conn, err := s.acquire(ctx)
@@ -55,14 +60,13 @@ func (s *ChargeDB) CommitAhead(ctx context.Context, reqs []chargedb.KeyedCharge,
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
-	b.Queue(planSQL)
-	b.Queue(s.chargeSQL.expect, merchants, keys, accountMerchants, accountIDs, currencies, balances, e.At)
-	b.Queue(s.chargeSQL.write, args)
+	b.Queue(planAheadSQL)
+	b.Queue(s.chargeSQL.writeAhead, args)
 	var storedAt time.Time
 	err = s.durably(ctx, conn.Conn().PgConn(), func(commitCtx context.Context) (err error) {
 		storedAt, err = readAhead(conn.SendBatch(commitCtx, b))
 		switch {
-		case hasCode(err, codeNotAsExpected):
+		case isRefusal(err):
 			return fmt.Errorf("%w: %w", chargedb.ErrNotAsExpected, err)
 		case err != nil:
 			return chargeErr(fmt.Errorf("write charges decided ahead: %w", err))
@@ -79,6 +83,39 @@ func (s *ChargeDB) CommitAhead(ctx context.Context, reqs []chargedb.KeyedCharge,
 	return storedAt, nil
 }
 
+// expectedArgs makes args' debits writeAheadSQL's: one for every account in
+// e, in e's order, with the currency and balance it was decided against.
+func expectedArgs(args pgx.NamedArgs, e chargedb.Expected, w *chargedb.Writes) error {
+	debits := make(map[chargedb.AccountKey]chargedb.Debit, len(w.Debits))
+	for _, d := range w.Debits {
+		debits[d.Account] = d
+	}
+	n := len(e.Accounts)
+	merchants, ids, amounts, holds := make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]int64, n), make([]int64, n)
+	currencies, balances := make([]string, n), make([]int64, n)
+	for i, a := range e.Accounts {
+		ak := chargedb.AccountKey{Merchant: a.MerchantID, ID: a.ID}
+		d := debits[ak]
+		delete(debits, ak)
+		merchants[i], ids[i], amounts[i], holds[i] = pgUUID(a.MerchantID), pgUUID(a.ID), d.Amount, d.Hold
+		currencies[i], balances[i] = a.Currency, a.Balance
+	}
+	if len(debits) > 0 {
+		return fmt.Errorf("a batch decided ahead debits %d accounts it was not decided against", len(debits))
+	}
+	args["debit_merchants"], args["debit_accounts"], args["debit_amounts"], args["debit_holds"] = merchants, ids, amounts, holds
+	args["expected_currencies"], args["expected_balances"], args["batch_clock"] = currencies, balances, e.At
+	return nil
+}
+
+// isRefusal reports whether err is writeAheadSQL's refusal: a premise
+// checked false, a key stored already, or a wait for another transaction's
+// lock cut short.
+func isRefusal(err error) bool {
+	return hasCode(err, codeNotAsExpected) || hasCode(err, codeLockNotAvailable) ||
+		hasConstraint(err, codeUniqueViolation, "idempotency_keys_pkey")
+}
+
 // readAhead reads the answers of CommitAhead's round trip: the commit is
 // its end (Close reads up to it).
 func readAhead(br pgx.BatchResults) (storedAt time.Time, err error) {
@@ -87,10 +124,8 @@ func readAhead(br pgx.BatchResults) (storedAt time.Time, err error) {
 			err = closeErr
 		}
 	}()
-	for range 2 { // planSQL, expectSQL
-		if _, err := br.Exec(); err != nil {
-			return time.Time{}, err
-		}
+	if _, err := br.Exec(); err != nil { // planAheadSQL
+		return time.Time{}, err
 	}
 	err = br.QueryRow().Scan(&storedAt)
 	return storedAt, err

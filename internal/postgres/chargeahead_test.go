@@ -4,37 +4,72 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/exactlyonce/payments/internal/pgtest"
+	"github.com/exactlyonce/payments/internal/postgres"
 	"github.com/exactlyonce/payments/internal/testkit"
 )
 
-// TestExpectOwnsOnlyTheDatabasesClock: a batch decided ahead carries the
-// service's clock into its rows, so the check (migration 0029) refuses a
+// TestAheadOwnsOnlyTheDatabasesClock: a batch decided ahead carries the
+// service's clock into its rows, so the statement that writes it refuses a
 // clock later than its own moment (whatever follows the charge would read an
 // earlier clock than the charge's) or more than a second before its
-// transaction began, and takes one in between.
-func TestExpectOwnsOnlyTheDatabasesClock(t *testing.T) {
+// transaction began, and takes one in between. The batch here is empty:
+// only its clock is checked.
+func TestAheadOwnsOnlyTheDatabasesClock(t *testing.T) {
 	ctx := context.Background()
 	conn := testkit.Connect(t, pgtest.DatabaseURL(t))
 	for _, c := range []struct {
-		clock   string
+		name    string
+		clock   func(start time.Time) time.Time
 		refused bool
 	}{
-		{"clock_timestamp() + interval '50 milliseconds'", true},
-		{"now() - interval '2 seconds'", true},
-		{"now() - interval '500 milliseconds'", false},
-		{"now()", false},
+		{"a minute after the transaction began", func(start time.Time) time.Time { return start.Add(time.Minute) }, true},
+		{"two seconds before it", func(start time.Time) time.Time { return start.Add(-2 * time.Second) }, true},
+		{"half a second before it", func(start time.Time) time.Time { return start.Add(-500 * time.Millisecond) }, false},
+		{"as it began", func(start time.Time) time.Time { return start }, false},
 	} {
-		_, err := conn.Exec(ctx, `SELECT payments_charge_batch_expect('{}', '{}', '{}', '{}', '{}', '{}', `+c.clock+`)`)
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var start time.Time
+			if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&start); err != nil {
+				return err
+			}
+			var storedAt time.Time
+			return tx.QueryRow(ctx, postgres.WriteAheadSQL, emptyBatch(c.clock(start))).Scan(&storedAt)
+		})
 		var pgErr *pgconn.PgError
 		switch refused := errors.As(err, &pgErr) && pgErr.Code == "PA001"; {
 		case refused != c.refused:
-			t.Errorf("batch clock %s: error %v, want refused %t", c.clock, err, c.refused)
+			t.Errorf("batch clock %s: error %v, want refused %t", c.name, err, c.refused)
 		case err != nil && !refused:
-			t.Errorf("batch clock %s: %v", c.clock, err)
+			t.Errorf("batch clock %s: %v", c.name, err)
 		}
+	}
+}
+
+// emptyBatch is WriteAheadSQL's arguments for a batch of no member at clock.
+func emptyBatch(clock time.Time) pgx.NamedArgs {
+	var (
+		uuids   = []pgtype.UUID{}
+		texts   = []string{}
+		ints    = []int64{}
+		times   = []time.Time{}
+		blobs   = [][]byte{}
+		smalls  = []int16{}
+		strings = []*string{}
+	)
+	return pgx.NamedArgs{
+		"debit_merchants": uuids, "debit_accounts": uuids, "debit_amounts": ints, "debit_holds": ints,
+		"expected_currencies": texts, "expected_balances": ints, "batch_clock": clock,
+		"charge_merchants": uuids, "charge_ids": uuids, "charge_accounts": uuids, "charge_amounts": ints,
+		"currencies": texts, "statuses": texts, "failures": texts, "captured": ints, "expires": times, "descriptions": strings,
+		"metadata": blobs, "created": times, "event_ids": uuids, "event_types": texts, "payloads": blobs,
+		"key_merchants": uuids, "keys": texts, "fingerprints": blobs, "key_statuses": smalls,
+		"locations": strings, "bodies": blobs, "body_encodings": strings,
 	}
 }

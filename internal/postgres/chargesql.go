@@ -114,7 +114,7 @@ WHERE ik.merchant_id = u.m AND ik.key = u.k AND ik.status IS NOT NULL AND ik.cre
 	// writeChargesSQL records a batch's decisions: the debits, the charges
 	// (succeeded and failed) and their events in the members' order, created
 	// at the batch's clock as their responses say, and every decided key with
-	// its response. A key's retention counts from now, when
+	// its response (chargeRowsSQL). A key's retention counts from now, when
 	// its response is stored, not from the transaction's start (which locks
 	// may have delayed); it returns that time. Its arguments are named by
 	// chargeWrites.namedArgs.
@@ -123,7 +123,47 @@ WITH debit AS (
     UPDATE accounts a SET balance = a.balance - d.amount, held = a.held + d.hold
     FROM unnest(@debit_merchants::uuid[], @debit_accounts::uuid[], @debit_amounts::bigint[], @debit_holds::bigint[]) AS d(m, id, amount, hold)
     WHERE a.merchant_id = d.m AND a.id = d.id
-), charge AS (
+), ` + chargeRowsSQL + `
+SELECT at FROM stored`
+
+	// writeAheadSQL records a batch decided ahead (chargeahead.go) as
+	// writeChargesSQL does, in the statement that checks the premises it was
+	// decided on, and returns the same time. The debits name every account
+	// of the batch (a debit of 0 for one whose members were all declined)
+	// with the currency and balance it was decided against, and change only
+	// an account that has them and holds nothing. The main query checks, in
+	// order, before any charge, event or key row is written (those CTEs run
+	// after it): the batch's clock is not after the database's and less than
+	// a second behind the transaction's start; this transaction takes every
+	// key's advisory lock (none in flight elsewhere); every account was
+	// debited. A failed check raises PA001 (payments_charge_batch_refused,
+	// migration 0031). A key stored already makes the key row's insert
+	// conflict (23505 on idempotency_keys_pkey), and a row another
+	// transaction holds makes a wait that planAheadSQL's lock_timeout ends
+	// (55P03): every refusal rolls the whole transaction back.
+	writeAheadSQL = `
+WITH debit AS (
+    UPDATE accounts a SET balance = a.balance - d.amount, held = a.held + d.hold
+    FROM unnest(@debit_merchants::uuid[], @debit_accounts::uuid[], @debit_amounts::bigint[], @debit_holds::bigint[],
+                @expected_currencies::text[], @expected_balances::bigint[]) AS d(m, id, amount, hold, currency, balance)
+    WHERE a.merchant_id = d.m AND a.id = d.id AND a.currency = d.currency AND a.balance = d.balance AND a.held = 0
+    RETURNING 1
+), ` + chargeRowsSQL + `
+SELECT CASE
+    WHEN @batch_clock::timestamptz > clock_timestamp() OR @batch_clock::timestamptz < now() - interval '1 second'
+        THEN payments_charge_batch_refused('the batch''s clock is not the database''s')
+    WHEN NOT (SELECT bool_and(pg_try_advisory_xact_lock(hashtextextended(u.m::text || u.k, 0)))
+              FROM unnest(@key_merchants::uuid[], @keys::text[]) AS u(m, k))
+        THEN payments_charge_batch_refused('a key of the batch is in flight')
+    WHEN (SELECT count(*) FROM debit) <> cardinality(@debit_accounts::uuid[])
+        THEN payments_charge_batch_refused('an account of the batch is not as recorded')
+    ELSE at END
+FROM stored`
+
+	// chargeRowsSQL is what writeChargesSQL and writeAheadSQL write after
+	// the debits: the charges and their events in the members' order, the
+	// moment the responses are stored, and the keys' rows.
+	chargeRowsSQL = `charge AS (
     INSERT INTO charges (merchant_id, id, account_id, amount, currency, status, failure_code, amount_captured, expires_at, description, metadata, created_at)
     SELECT m, id, a, amount, currency, status, nullif(failure, ''), captured, expires, description, metadata, created
     FROM unnest(@charge_merchants::uuid[], @charge_ids::uuid[], @charge_accounts::uuid[], @charge_amounts::bigint[], @currencies::text[], @statuses::text[], @failures::text[], @captured::bigint[], @expires::timestamptz[], @descriptions::text[], @metadata::jsonb[], @created::timestamptz[])
@@ -139,17 +179,16 @@ WITH debit AS (
 ), keyrow AS (
     INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)
     SELECT k.*, stored.at FROM unnest(@key_merchants::uuid[], @keys::text[], @fingerprints::bytea[], @key_statuses::smallint[], @locations::text[], @bodies::bytea[], @body_encodings::text[]) AS k, stored
-)
-SELECT at FROM stored`
+)`
 )
 
 // chargeStatements are the statements of a charge batch that a benchmark replaces
 // to price the idempotency key (see BenchmarkKeyClaimOverhead).
 type chargeStatements struct {
-	tryLockKeys, lookupKeys, lockAccounts, write, expect string
+	tryLockKeys, lookupKeys, lockAccounts, write, writeAhead string
 }
 
-var defaultChargeStatements = chargeStatements{tryLockKeysSQL, lookupKeysSQL, lockAccountsSQL, writeChargesSQL, expectSQL}
+var defaultChargeStatements = chargeStatements{tryLockKeysSQL, lookupKeysSQL, lockAccountsSQL, writeChargesSQL, writeAheadSQL}
 
 // lockBatch runs a batch's first round trip on conn: BEGIN, the members' key
 // locks, their stored responses and their accounts (see the top of

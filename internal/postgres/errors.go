@@ -32,6 +32,12 @@ func hasCode(err error, code string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
+// hasConstraint reports whether err is code under the named constraint.
+func hasConstraint(err error, code, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code && pgErr.ConstraintName == constraint
+}
+
 // retryable reports errors after which the whole transaction may simply run again.
 func retryable(err error) bool {
 	return hasCode(err, codeSerializationFailure) || hasCode(err, codeDeadlockDetected)

@@ -35,9 +35,12 @@ func (s *ChargeDB) WithoutKeys() error {
     SELECT k.*, stored.at FROM unnest(`, `SELECT count(*) FROM unnest(`); err != nil {
 		return err
 	}
-	// A batch decided ahead checks no key: the key arrays it passes are
-	// cut to none.
-	if st.expect, err = replace(expectSQL, `$1::uuid[], $2::text[]`, `($1::uuid[])[1:0], ($2::text[])[1:0]`); err != nil {
+	// A batch decided ahead locks no key and stores none.
+	if st.writeAhead, err = replace(writeAheadSQL, `pg_try_advisory_xact_lock(hashtextextended(u.m::text || u.k, 0))`, "true"); err != nil {
+		return err
+	}
+	if st.writeAhead, err = replace(st.writeAhead, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)
+    SELECT k.*, stored.at FROM unnest(`, `SELECT count(*) FROM unnest(`); err != nil {
 		return err
 	}
 	s.chargeSQL = st
@@ -76,3 +79,7 @@ func (s *DB) TakeReadSlots(n int) (release func()) {
 
 // ReadSlots is how many reads may hold a pooled connection at once.
 func (s *DB) ReadSlots() int { return cap(s.readSlots) }
+
+// WriteAheadSQL is the statement that writes a batch decided ahead and checks
+// its premises.
+const WriteAheadSQL = writeAheadSQL

@@ -1,0 +1,1 @@
+DROP FUNCTION payments_charge_batch_refused(text);
