@@ -21,8 +21,9 @@ import (
 // recorded, the database's clock as this process reads it for the batch's:
 // dbClock), and sent with the check of
 // those premises in one round trip that ends with its commit
-// (chargedb.Store.CommitAhead). The database takes the same locks, waiting
-// for none, and commits only if every premise holds, so the decisions are
+// (chargedb.Store.CommitAhead). The database takes the same locks (it
+// waits a millisecond at most for one held elsewhere, then refuses) and
+// commits only if every premise holds, so the decisions are
 // those a locked batch would have made; otherwise it writes nothing, the
 // book forgets the batch's accounts, and the batch runs again the usual way
 // (a refund, a capture, another replica or a retry changed something; a key

@@ -35,12 +35,12 @@ type Store interface {
 	Lock(ctx context.Context, reqs []KeyedCharge, w Waits) (Tx, *Locks, error)
 	// CommitAhead runs a batch decided ahead in one transaction and one
 	// round trip, on no request's context and confirmed by the synchronous
-	// standby, if any: it takes every member's key lock and every account
-	// of e locked FOR UPDATE, waiting for none, checks that no key is
-	// stored, that each account is as e says with no holds, and that e.At
-	// is a clock the database can own (not after the check, not more than a
-	// second before the transaction began), then writes w and commits. When
-	// any of that does not hold it writes nothing and returns
+	// standby, if any: it writes w and commits only if it takes every
+	// member's key lock and every account of e's row, not waiting for
+	// another transaction to end, no key is stored, each account is as e
+	// says with no holds, and e.At is a clock the database can own (not
+	// after the check, not more than a second before the transaction
+	// began). When any of that does not hold it writes nothing and returns
 	// ErrNotAsExpected. It returns when the keys' responses were stored.
 	CommitAhead(ctx context.Context, reqs []KeyedCharge, e Expected, w *Writes) (storedAt time.Time, err error)
 	// Ping checks that the database answers and takes writes; it returns
