@@ -11,7 +11,7 @@
 -- A PL/pgSQL function is compiled once per connection; the one CHECK that
 -- calls it is a few hundred bytes. A row now costs one function call, which
 -- a batch of sixteen pays for less than the trees it no longer reads
--- (docs/benchmarks.md, "The charge rules in one function").
+-- (docs/benchmarks.md, "Issue 47: what a batch costs the database").
 --
 -- The function checks the rules in the order PostgreSQL checked the
 -- constraints (by name), so a row that breaks two is refused naming the same
