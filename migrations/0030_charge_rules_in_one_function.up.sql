@@ -6,7 +6,7 @@
 -- Why: PostgreSQL keeps a table's CHECK constraints as stored expression trees
 -- and reads and compiles them afresh for every statement that writes the
 -- table (ExecRelCheck, once per statement and table). Charges' eleven come to
--- about 12 KB of stored tree, and reading them cost every charge batch about
+-- about 11 KB of stored tree, and reading them cost every charge batch about
 -- 60 µs of the database's CPU, whatever its size: a tenth of a batch of one.
 -- A PL/pgSQL function is compiled once per connection; the one CHECK that
 -- calls it is a few hundred bytes. A row now costs one function call, which
