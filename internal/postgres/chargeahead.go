@@ -23,9 +23,7 @@ import (
 //     was decided on, in one statement, or a refusal.
 
 const (
-	planAheadSQL = `
-SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-       set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
+	planAheadSQL = planSQL + `,
        set_config('lock_timeout', '` + aheadLockTimeout + `', true)`
 
 	// aheadLockTimeout bounds how long a batch decided ahead waits for an
@@ -46,11 +44,8 @@ func (s *ChargeDB) CommitAhead(ctx context.Context, reqs []chargedb.KeyedCharge,
 	if len(w.Keys) == 0 || len(w.Expired) > 0 || w.ConfirmReplays {
 		return time.Time{}, fmt.Errorf("a batch decided ahead stores a response for each member, and replays or deletes none")
 	}
-	args, err := namedArgs(w)
+	args, err := aheadArgs(e, w)
 	if err != nil {
-		return time.Time{}, err
-	}
-	if err := expectedArgs(args, e, w); err != nil {
 		return time.Time{}, err
 	}
 
@@ -83,9 +78,14 @@ func (s *ChargeDB) CommitAhead(ctx context.Context, reqs []chargedb.KeyedCharge,
 	return storedAt, nil
 }
 
-// expectedArgs makes args' debits writeAheadSQL's: one for every account in
-// e, in e's order, with the currency and balance it was decided against.
-func expectedArgs(args pgx.NamedArgs, e chargedb.Expected, w *chargedb.Writes) error {
+// aheadArgs gives the columns writeAheadSQL reads: w's charge rows
+// (chargeRowArgs), the batch's clock, and a debit for every account in e,
+// in e's order, with the currency and balance it was decided against.
+func aheadArgs(e chargedb.Expected, w *chargedb.Writes) (pgx.NamedArgs, error) {
+	args, err := chargeRowArgs(w)
+	if err != nil {
+		return nil, err
+	}
 	debits := make(map[chargedb.AccountKey]chargedb.Debit, len(w.Debits))
 	for _, d := range w.Debits {
 		debits[d.Account] = d
@@ -101,11 +101,11 @@ func expectedArgs(args pgx.NamedArgs, e chargedb.Expected, w *chargedb.Writes) e
 		currencies[i], balances[i] = a.Currency, a.Balance
 	}
 	if len(debits) > 0 {
-		return fmt.Errorf("a batch decided ahead debits %d accounts it was not decided against", len(debits))
+		return nil, fmt.Errorf("a batch decided ahead debits %d accounts it was not decided against", len(debits))
 	}
 	args["debit_merchants"], args["debit_accounts"], args["debit_amounts"], args["debit_holds"] = merchants, ids, amounts, holds
 	args["expected_currencies"], args["expected_balances"], args["batch_clock"] = currencies, balances, e.At
-	return nil
+	return args, nil
 }
 
 // isRefusal reports whether err is writeAheadSQL's refusal: a premise

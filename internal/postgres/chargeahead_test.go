@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/exactlyonce/payments/internal/pgtest"
 	"github.com/exactlyonce/payments/internal/postgres"
@@ -39,8 +38,12 @@ func TestAheadOwnsOnlyTheDatabasesClock(t *testing.T) {
 			if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&start); err != nil {
 				return err
 			}
+			args, err := postgres.EmptyAheadArgs(c.clock(start))
+			if err != nil {
+				return err
+			}
 			var storedAt time.Time
-			return tx.QueryRow(ctx, postgres.WriteAheadSQL, emptyBatch(c.clock(start))).Scan(&storedAt)
+			return tx.QueryRow(ctx, postgres.WriteAheadSQL, args).Scan(&storedAt)
 		})
 		var pgErr *pgconn.PgError
 		switch refused := errors.As(err, &pgErr) && pgErr.Code == "PA001"; {
@@ -49,27 +52,5 @@ func TestAheadOwnsOnlyTheDatabasesClock(t *testing.T) {
 		case err != nil && !refused:
 			t.Errorf("batch clock %s: %v", c.name, err)
 		}
-	}
-}
-
-// emptyBatch is WriteAheadSQL's arguments for a batch of no member at clock.
-func emptyBatch(clock time.Time) pgx.NamedArgs {
-	var (
-		uuids   = []pgtype.UUID{}
-		texts   = []string{}
-		ints    = []int64{}
-		times   = []time.Time{}
-		blobs   = [][]byte{}
-		smalls  = []int16{}
-		strings = []*string{}
-	)
-	return pgx.NamedArgs{
-		"debit_merchants": uuids, "debit_accounts": uuids, "debit_amounts": ints, "debit_holds": ints,
-		"expected_currencies": texts, "expected_balances": ints, "batch_clock": clock,
-		"charge_merchants": uuids, "charge_ids": uuids, "charge_accounts": uuids, "charge_amounts": ints,
-		"currencies": texts, "statuses": texts, "failures": texts, "captured": ints, "expires": times, "descriptions": strings,
-		"metadata": blobs, "created": times, "event_ids": uuids, "event_types": texts, "payloads": blobs,
-		"key_merchants": uuids, "keys": texts, "fingerprints": blobs, "key_statuses": smalls,
-		"locations": strings, "bodies": blobs, "body_encodings": strings,
 	}
 }

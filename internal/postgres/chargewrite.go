@@ -79,6 +79,23 @@ func readWrites(br pgx.BatchResults, w *chargedb.Writes) (storedAt time.Time, er
 // namedArgs gives w's writes as the columns writeChargesSQL reads, with the
 // stored responses' bodies encoded (encodeBody).
 func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
+	args, err := chargeRowArgs(w)
+	if err != nil {
+		return nil, err
+	}
+	d := len(w.Debits)
+	debitMerchants, debitAccounts, debitAmounts, debitHolds := make([]pgtype.UUID, d), make([]pgtype.UUID, d), make([]int64, d), make([]int64, d)
+	for i, d := range w.Debits {
+		debitMerchants[i], debitAccounts[i], debitAmounts[i], debitHolds[i] = pgUUID(d.Account.Merchant), pgUUID(d.Account.ID), d.Amount, d.Hold
+	}
+	args["debit_merchants"], args["debit_accounts"], args["debit_amounts"], args["debit_holds"] = debitMerchants, debitAccounts, debitAmounts, debitHolds
+	return args, nil
+}
+
+// chargeRowArgs gives the columns of chargeRowsSQL: w's charges, their
+// events and its keys' rows, everything writeChargesSQL and writeAheadSQL
+// read but the debits.
+func chargeRowArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 	n := len(w.Charges)
 	var (
 		chargeMerchants, chargeIDs, chargeAccounts, eventIDs = make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n)
@@ -99,11 +116,6 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 		descriptions[i], eventIDs[i], eventTypes[i], payloads[i] = c.Charge.Description, pgUUID(c.EventID), c.EventType, c.Payload
 		captured[i], expires[i], created[i] = c.Charge.AmountCaptured, c.Charge.ExpiresAt, c.Charge.CreatedAt
 	}
-	d := len(w.Debits)
-	debitMerchants, debitAccounts, debitAmounts, debitHolds := make([]pgtype.UUID, d), make([]pgtype.UUID, d), make([]int64, d), make([]int64, d)
-	for i, d := range w.Debits {
-		debitMerchants[i], debitAccounts[i], debitAmounts[i], debitHolds[i] = pgUUID(d.Account.Merchant), pgUUID(d.Account.ID), d.Amount, d.Hold
-	}
 	k := len(w.Keys)
 	var (
 		keyMerchants  = make([]pgtype.UUID, k)
@@ -123,7 +135,6 @@ func namedArgs(w *chargedb.Writes) (pgx.NamedArgs, error) {
 		bodies[i], bodyEncodings[i] = encodeBody(kr.Resp.Body)
 	}
 	return pgx.NamedArgs{
-		"debit_merchants": debitMerchants, "debit_accounts": debitAccounts, "debit_amounts": debitAmounts, "debit_holds": debitHolds,
 		"charge_merchants": chargeMerchants, "charge_ids": chargeIDs, "charge_accounts": chargeAccounts, "charge_amounts": amounts,
 		"currencies": currencies, "statuses": statuses, "failures": failures, "captured": captured, "expires": expires, "descriptions": descriptions, "metadata": metadata, "created": created,
 		"event_ids": eventIDs, "event_types": eventTypes, "payloads": payloads,

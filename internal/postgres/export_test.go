@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/exactlyonce/payments/internal/charging/chargedb"
 )
 
 // WithoutKeys makes s run charge batches with the idempotency key taken out:
@@ -31,16 +34,17 @@ func (s *ChargeDB) WithoutKeys() error {
 	if st.lockAccounts, err = replace(lockAccountsSQL, `WHERE u.locked AND NOT EXISTS (`, `WHERE $4::interval IS NOT NULL OR NOT EXISTS (`); err != nil {
 		return err
 	}
-	if st.write, err = replace(writeChargesSQL, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)
-    SELECT k.*, stored.at FROM unnest(`, `SELECT count(*) FROM unnest(`); err != nil {
+	// Both writing statements store the keys' rows in chargeRowsSQL.
+	const storeKeys, countKeys = `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)
+    SELECT k.*, stored.at FROM unnest(`, `SELECT count(*) FROM unnest(`
+	if st.write, err = replace(writeChargesSQL, storeKeys, countKeys); err != nil {
 		return err
 	}
 	// A batch decided ahead locks no key and stores none.
 	if st.writeAhead, err = replace(writeAheadSQL, `pg_try_advisory_xact_lock(hashtextextended(u.m::text || u.k, 0))`, "true"); err != nil {
 		return err
 	}
-	if st.writeAhead, err = replace(st.writeAhead, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, location, body, body_encoding, created_at)
-    SELECT k.*, stored.at FROM unnest(`, `SELECT count(*) FROM unnest(`); err != nil {
+	if st.writeAhead, err = replace(st.writeAhead, storeKeys, countKeys); err != nil {
 		return err
 	}
 	s.chargeSQL = st
@@ -83,3 +87,9 @@ func (s *DB) ReadSlots() int { return cap(s.readSlots) }
 // WriteAheadSQL is the statement that writes a batch decided ahead and checks
 // its premises.
 const WriteAheadSQL = writeAheadSQL
+
+// EmptyAheadArgs is WriteAheadSQL's arguments for a batch of no member
+// decided at clock.
+func EmptyAheadArgs(clock time.Time) (pgx.NamedArgs, error) {
+	return aheadArgs(chargedb.Expected{At: clock}, &chargedb.Writes{})
+}
