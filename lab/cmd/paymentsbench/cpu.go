@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
 // cpuNames are the programs whose CPU time -cpu reports apart, by command
@@ -49,7 +51,7 @@ func sampleCPU() (cpuSample, error) {
 		if i, j := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')'); i >= 0 && j > i {
 			name = stat[i+1 : j]
 		}
-		ticks, err := parseCPUTicks(stat)
+		ticks, err := benchrun.ParseCPUTicks(stat)
 		if err != nil {
 			continue
 		}

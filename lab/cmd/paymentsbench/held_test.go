@@ -8,21 +8,6 @@ import (
 	"time"
 )
 
-func TestParseCPUTicks(t *testing.T) {
-	t.Parallel()
-	// A command name with spaces and a parenthesis, as the kernel allows.
-	stat := "4242 (pay ments) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 9 0 100 0 0"
-	got, err := parseCPUTicks(stat)
-	if err != nil || got != 325 {
-		t.Errorf("parseCPUTicks = %d, %v; want 250 + 75 = 325", got, err)
-	}
-	for _, bad := range []string{"", "4242 payments S 1", "4242 (payments) S 1 2 3", "4242 (p) S 1 1 1 0 -1 0 0 0 0 0 x 75 0"} {
-		if _, err := parseCPUTicks(bad); err == nil {
-			t.Errorf("parseCPUTicks(%q): no error", bad)
-		}
-	}
-}
-
 func TestServicePIDReportsCPU(t *testing.T) {
 	t.Parallel()
 	pid := os.Getpid()
