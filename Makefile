@@ -74,6 +74,16 @@ bench-pair: ## Paired fresh-charge bench of two builds (PAIR_A, PAIR_B), relay o
 batch-cost: ## What a charge batch costs apart from its charges: CPU per batch and per charge at 1, 4 and 16 clients (COST_CLIENTS)
 	GO=$(GO) ./scripts/batch-cost.sh
 
+# make http-floor: what an HTTP request costs this machine before any charge
+# work: net/http, fasthttp and a bare HTTP/1.1 loop each answering a charge-shaped POST,
+# saturated and held in groups as the service holds charges (lab/cmd/httpfloor
+# documents it). Starts no database; about 6 minutes (HTTP_FLOOR_ARGS, e.g.
+# "-rounds 1 -seconds 3" for a quick look).
+.PHONY: http-floor
+http-floor: ## CPU per request of net/http, fasthttp and a bare HTTP/1.1 loop under the charge load's shape, no charge work (HTTP_FLOOR_ARGS)
+	$(GO) -C lab build -o ../bin/httpfloor ./cmd/httpfloor
+	bin/httpfloor $(HTTP_FLOOR_ARGS)
+
 # make bench-processor: card charges at the card processor simulator
 # (bin/procsim) against account charges, one service in one run, 256 clients:
 # the simulator answering at once (pm_card_approve) and after 50 ms
