@@ -11,6 +11,7 @@ import (
 	"github.com/exactlyonce/payments/internal/metrics"
 	"github.com/exactlyonce/payments/internal/payment"
 	"github.com/exactlyonce/payments/internal/postgres"
+	"github.com/exactlyonce/payments/internal/retry"
 )
 
 // logAbandoned logs what became of a charge whose client left before its
@@ -50,7 +51,9 @@ func configure(name string, args []string, getenv func(string) string, stdout, s
 	if err != nil {
 		return config{}, nil, err
 	}
-	return cfg, slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})), nil
+	// One record of the process's outages: its retry loops losing the
+	// database together warn as one (retry.SharedOutages).
+	return cfg, slog.New(retry.SharedOutages(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))), nil
 }
 
 // storeOptions are the store's settings from cfg: its pool's, and the keys'

@@ -1,9 +1,11 @@
 // Package retry is how the service's background loops wait out a failure
 // and how they log it: one backoff (exponential, full jitter, a cap, reset
 // only after a success) and one log of state changes (down, still down once a
-// minute, up again) rather than of attempts. The relay, the janitor, the
-// outbox sampler, the consumer and the NATS connection use it, and /readyz
-// logs its answers through Outage.
+// minute, up again) rather than of attempts. Every retry loop of the service
+// uses it (the relay, the janitor, the samplers, the expiry sweep, webhook
+// delivery, card charge recovery, the consumer, the NATS connection), /readyz
+// logs its answers through Outage, and a process's loops failing together
+// warn as one (SharedOutages).
 //
 // It is written here rather than taken from github.com/cenkalti/backoff
 // (already in the module graph, through testcontainers): that library jitters

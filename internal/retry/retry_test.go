@@ -80,6 +80,8 @@ type logLine struct {
 	Attempt  int    `json:"attempt"`
 	Ceiling  string `json:"backoff_ceiling"`
 	RetryIn  string `json:"retry_in"`
+	Outages  int    `json:"outages"`
+	Loop     string `json:"loop"`
 }
 
 // jsonLog is a debug-level JSON logger writing to a buffer any goroutine may
@@ -159,6 +161,70 @@ func TestOutageLogsStateChanges(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("line %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// Three loops of one process losing the database together (tried every
+// second for two and a half minutes) warn as one: the first "down" is WARN
+// and the others' INFO, one reminder a minute is WARN and the others INFO,
+// and each loop's story is whole (down, still down a minute apart, up).
+// Later, one loop failing alone warns (the others' outages are over), and
+// so does a second failing more than a minute after it; a logger derived
+// with With shares the record; an outage on a logger of its own warns as
+// always.
+func TestSharedOutagesWarnAsOne(t *testing.T) {
+	var logs jsonLog
+	log := slog.New(SharedOutages(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := func() time.Time { return clock }
+	loops := []*Outage{NewOutage(log, "readiness"), NewOutage(log.With("loop", "j"), "janitor"), NewOutage(log, "sampler")}
+	alone := NewOutage(logs.logger(), "alone")
+	for _, o := range append(loops, alone) {
+		o.now = now
+	}
+	boom := errors.New("connection refused")
+	for second := range 150 {
+		loops[second%3].Failed(boom) // each loop every third second
+		clock = clock.Add(time.Second)
+	}
+	for _, o := range loops {
+		o.Succeeded()
+	}
+	loops[2].Failed(boom)
+	loops[2].Succeeded()
+	clock = clock.Add(time.Second)
+	loops[1].Failed(boom) // alone: the sampler's outage is over
+	clock = clock.Add(61 * time.Second)
+	loops[0].Failed(boom) // the janitor's is under way, but warned a minute ago
+	alone.Failed(boom)
+
+	type line struct{ level, msg, state string }
+	var got []line
+	lines := logs.lines(t)
+	for _, l := range lines {
+		got = append(got, line{l.Level, l.Msg, l.State})
+	}
+	if len(lines) > 3 && (lines[0].Outages != 1 || lines[1].Outages != 2 || lines[2].Outages != 3 || lines[1].Loop != "j") {
+		t.Errorf("the first three lines count %d, %d, %d outages (janitor's loop %q), want 1, 2, 3 (\"j\")",
+			lines[0].Outages, lines[1].Outages, lines[2].Outages, lines[1].Loop)
+	}
+	want := []line{
+		{"WARN", "readiness", "down"}, {"INFO", "janitor", "down"}, {"INFO", "sampler", "down"},
+		{"WARN", "readiness", "still down"}, {"INFO", "janitor", "still down"}, {"INFO", "sampler", "still down"},
+		{"WARN", "readiness", "still down"}, {"INFO", "janitor", "still down"}, {"INFO", "sampler", "still down"},
+		{"INFO", "readiness", "up"}, {"INFO", "janitor", "up"}, {"INFO", "sampler", "up"},
+		{"WARN", "sampler", "down"}, {"INFO", "sampler", "up"},
+		{"WARN", "janitor", "down"},
+		{"WARN", "readiness", "down"},
+		{"WARN", "alone", "down"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d = %v, want %v", i, got[i], want[i])
 		}
 	}
 }
