@@ -38,9 +38,13 @@ func TestOutageLogsCalmly(t *testing.T) {
 	ctx, m := s.ctx, s.merchants[0]
 	proxy, proxied := newProxy(t, s.dbURL)
 	natsURL := testkit.StartNATS(t).URL()
-	// The janitor and the sampler work often enough to fail in the short
-	// outage too; the relay runs apart, logging each wait (DEBUG).
-	svc := newService(t, s.bin, serviceConfig{databaseURL: proxied, extra: []string{"JANITOR_INTERVAL=2s", "METRICS_SAMPLE=1s"}})
+	// The janitor, the samplers and the expiry sweep work often enough to
+	// fail in the short outage too, and to be back within the minute the
+	// recovery is given (a loop on a period backs off up to four periods:
+	// the sweep's default 30 s could be two minutes late); the relay runs
+	// apart, logging each wait (DEBUG).
+	svc := newService(t, s.bin, serviceConfig{databaseURL: proxied,
+		extra: []string{"JANITOR_INTERVAL=2s", "METRICS_SAMPLE=1s", "CHARGE_EXPIRY_INTERVAL=2s"}})
 	relayLogs := startRelayProcess(t, s.bin, []string{"DATABASE_URL=" + proxied, "NATS_URL=" + natsURL,
 		"RELAY_POLL=100ms", "LOG_LEVEL=debug", "METRICS_ADDR=127.0.0.1:0"})
 	c := newClient(t, m.APIKey, "calm-key-", func(int) string { return svc.url() })
