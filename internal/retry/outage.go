@@ -40,7 +40,8 @@ type Outage struct {
 }
 
 // NewOutage returns the outage log of the loop or check that msg names
-// (e.g. "relay: publish events"), writing to log.
+// (e.g. "relay: publish events"), writing to log. When log's handler comes
+// from SharedOutages, the outage warns as one of the process's.
 func NewOutage(log *slog.Logger, msg string) *Outage {
 	o := &Outage{log: log, msg: msg, now: time.Now}
 	if h, ok := log.Handler().(*sharedHandler); ok {
