@@ -13,10 +13,10 @@
 // It wires the service in process as `payments serve` does (no relay, no
 // janitor, no sweeps running); makes a merchant, an account, a deposit and a
 // warm-up charge over HTTP, so that what runs once per process (a pool's
-// first connection, a statement's first preparation) is behind it; clears
-// the counters; makes ONE charge that succeeds, alone in its batch, with no
-// cache hit; and writes the meta-data and the counters into -out before
-// anything shuts down.
+// first connection, a statement's first preparation) is behind it; then,
+// three times, clears the counters, makes ONE charge that succeeds, alone in
+// its batch, with no cache hit, and writes the meta-data and the counters
+// into a directory of -out of its own (1, 2, 3) before anything shuts down.
 package main
 
 import (
@@ -31,7 +31,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"runtime/coverage"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,7 +89,8 @@ func run(ctx context.Context, dbURL, out string) error {
 	charge := `{"account_id":"` + account + `","amount":100,"currency":"USD"}`
 	for _, step := range []struct{ path, body string }{
 		{"/v1/accounts/" + account + "/deposits", `{"amount":10000}`},
-		{"/v1/charges", charge}, // the warm-up charge
+		{"/v1/charges", charge}, // the warm-up charges: the first runs the usual way,
+		{"/v1/charges", charge}, // the second is decided ahead, as the walked ones are
 	} {
 		if _, err := c.post(ctx, step.path, step.body); err != nil {
 			return err
@@ -98,21 +101,38 @@ func run(ctx context.Context, dbURL, out string) error {
 	// confirmation round that follows it, internal/postgres/rounds.go) ends
 	// before the count begins, as it would between two charges apart.
 	time.Sleep(settle)
-	if err := coverage.ClearCounters(); err != nil {
-		return fmt.Errorf("%w (build with go build -cover -covermode=atomic -coverpkg=github.com/exactlyonce/payments/...)", err)
+	for walk := 1; walk <= walks; walk++ {
+		if err := coverage.ClearCounters(); err != nil {
+			return fmt.Errorf("%w (build with go build -cover -covermode=atomic -coverpkg=github.com/exactlyonce/payments/...)", err)
+		}
+		if _, err := c.post(ctx, "/v1/charges", charge); err != nil {
+			return err
+		}
+		// The notifier wakes the relay after the commit, and a confirmation
+		// round confirms it 50 ms later, each on a goroutine of its own: let
+		// them run, so that every walk counts them.
+		time.Sleep(settle)
+		dir := filepath.Join(out, strconv.Itoa(walk))
+		if err := os.Mkdir(dir, 0o750); err != nil {
+			return err
+		}
+		if err := coverage.WriteMetaDir(dir); err != nil {
+			return err
+		}
+		if err := coverage.WriteCountersDir(dir); err != nil {
+			return err
+		}
 	}
-	if _, err := c.post(ctx, "/v1/charges", charge); err != nil {
-		return err
-	}
-	// The notifier wakes the relay after the commit, and a confirmation round
-	// confirms it 50 ms later, each on a goroutine of its own: let them run,
-	// so that every walk counts them.
-	time.Sleep(settle)
-	if err := coverage.WriteMetaDir(out); err != nil {
-		return err
-	}
-	return coverage.WriteCountersDir(out)
+	return nil
 }
+
+// walks is how many charges are counted, each on its own (in out/1, out/2,
+// ...). A function of the walk is one that every one of them ran: once in a
+// while a charge or its NOTIFY lands on a pool connection that has not yet
+// encoded a parameter of some type, and pgx then builds that connection's
+// encode plan (calling internal/postgres's tryWrapUUIDEncodePlan), which
+// is the connection's warm-up, not the charge's work.
+const walks = 3
 
 // settle is how long the walk lets the background work a charge sets going
 // run: the notifier's NOTIFY at once, the confirmation round after 50 ms.
