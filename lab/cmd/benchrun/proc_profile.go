@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
 // procProfiler takes, during each phase of the first round (PROC_PROFILE=1),
@@ -56,13 +58,13 @@ func (p *procProfiler) start(ctx context.Context, dir, tag string, seconds int, 
 				fmt.Fprintf(log, "bench-processor: profile %s: %v\n", tag, err)
 			}
 		}
-		if !sleepCtx(ctx, 2*time.Second) {
+		if !benchrun.Sleep(ctx, 2*time.Second) {
 			return
 		}
 		half := make(chan struct{})
 		go func() {
 			defer close(half)
-			if sleepCtx(ctx, time.Duration(cpu)*time.Second/2) {
+			if benchrun.Sleep(ctx, time.Duration(cpu)*time.Second/2) {
 				get("/debug/pprof/goroutine?debug=1", "goroutines-"+tag+".txt")
 			}
 		}()
@@ -102,14 +104,4 @@ func fetchTo(ctx context.Context, url, path string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// sleepCtx waits d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
 }

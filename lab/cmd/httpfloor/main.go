@@ -372,9 +372,9 @@ func measureCell(ctx context.Context, c cell, clients int, d time.Duration) (res
 			}
 		})
 	}
-	sleep(loadCtx, 2*time.Second)
+	benchrun.Sleep(loadCtx, 2*time.Second)
 	server0, client0, n0, t0 := cpuTicks(cmd.Process.Pid), cpuTicks(os.Getpid()), answered.Load(), time.Now()
-	sleep(loadCtx, d)
+	benchrun.Sleep(loadCtx, d)
 	server1, client1, n1, elapsed := cpuTicks(cmd.Process.Pid), cpuTicks(os.Getpid()), answered.Load(), time.Since(t0)
 	stop()
 	wg.Wait()
@@ -418,13 +418,6 @@ func ask(ctx context.Context, hc *http.Client, url, key string) error {
 		return fmt.Errorf("answered %d with %d bytes, want 201 with %d", resp.StatusCode, n, len(chargeJSON))
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's CPU

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/exactlyonce/payments/lab/internal/benchrun"
 )
 
 // openAccounts opens cfg.accounts USD accounts, funds each with cfg.balance and
@@ -142,12 +144,8 @@ func parallel(ctx context.Context, workers, n int, f func(ctx context.Context, i
 
 // sleep pauses for d, or returns the context's error if it ends first.
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !benchrun.Sleep(ctx, d) {
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	return nil
 }

@@ -69,3 +69,15 @@ func Within(readings []Reading, fromMs, toMs int64) []Reading {
 	}
 	return out
 }
+
+// Sleep waits d, or until ctx ends; it reports whether ctx is still live.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
