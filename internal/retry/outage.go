@@ -153,11 +153,11 @@ func (s *shared) began(now time.Time) (slog.Level, []any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down++
-	if s.down > 1 && now.Sub(s.warnedDown) < Remind {
-		return slog.LevelInfo, []any{"outages", s.down}
+	level := slog.LevelInfo
+	if s.down == 1 || now.Sub(s.warnedDown) >= Remind {
+		level, s.warnedDown, s.warned = slog.LevelWarn, now, now
 	}
-	s.warnedDown, s.warned = now, now
-	return slog.LevelWarn, []any{"outages", s.down}
+	return level, []any{"outages", s.down}
 }
 
 // reminds returns the level of an outage's reminder at now, WARN if none of
@@ -169,11 +169,11 @@ func (s *shared) reminds(now time.Time) (slog.Level, []any) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now.Sub(s.warned) < Remind {
-		return slog.LevelInfo, []any{"outages", s.down}
+	level := slog.LevelInfo
+	if now.Sub(s.warned) >= Remind {
+		level, s.warned = slog.LevelWarn, now
 	}
-	s.warned = now
-	return slog.LevelWarn, []any{"outages", s.down}
+	return level, []any{"outages", s.down}
 }
 
 // ended counts an outage that is over.

@@ -11,8 +11,9 @@
 // when the test ends (ClearCounters fails with "-covermode=<invalid>").
 //
 // It wires the service in process as `payments serve` does (no relay, no
-// janitor, no sweeps running); makes a merchant, an account, a deposit and a
-// warm-up charge over HTTP, so that what runs once per process (a pool's
+// janitor, no sweeps running); makes a merchant, an account, a deposit and
+// two warm-up charges over HTTP (the second decided ahead, as the counted
+// ones are), so that what runs once per process (a pool's
 // first connection, a statement's first preparation) is behind it; then,
 // three times, clears the counters, makes ONE charge that succeeds, alone in
 // its batch, with no cache hit, and writes the meta-data and the counters
